@@ -1,0 +1,14 @@
+//! stateful-admission: an admission webhook and companion controller that bring StatefulSet
+//! and storage enhancement proposals (KEP-4650, KEP-961, KEP-3333, KEP-284, KEP-2804) to
+//! clusters running a stock kube-apiserver.
+//!
+//! Pure core, thin shell: [`admission`] holds the rules as plain functions over a read-only
+//! [`cluster::ClusterView`]; [`server`] and the command line only wire them up.
+
+pub mod admission;
+pub mod certs;
+pub mod cluster;
+pub mod names;
+pub mod quantity;
+pub mod server;
+pub mod telemetry;

@@ -1,0 +1,248 @@
+//! The pure core: admission rules as plain functions from a request (and a read-only view of
+//! the cluster) to a [`Verdict`]. No HTTP, no API client, no clock in here; the server, the
+//! `review` command and the tests all call [`evaluate`] and [`respond`].
+
+pub mod builder;
+pub mod claim;
+pub mod field;
+pub mod offline;
+pub mod statefulset;
+
+use json_patch::PatchOperation;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::response::{StatusCause, StatusDetails};
+use kube::core::{DynamicObject, Status};
+
+use crate::cluster::ClusterView;
+pub use field::{BadValue, ErrorType, FieldError};
+
+/// Which webhook is asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Mutate,
+    Validate,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Mutate => "mutate",
+            Phase::Validate => "validate",
+        }
+    }
+}
+
+/// Policy switches of the rules, set from command-line flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Deny (instead of warn) maxUnavailable above replicas or above replicas - partition.
+    pub strict_max_unavailable: bool,
+    /// Copy a set `maxUnavailable` into the `max-unavailable` annotation, for clusters whose
+    /// apiserver drops the native field.
+    pub max_unavailable_fallback: bool,
+    /// Allow shrinking a claim's request to a value above its capacity (recovery from a
+    /// failed expansion, KEP-1790); when off any decrease is denied.
+    pub expansion_recovery: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            strict_max_unavailable: false,
+            max_unavailable_fallback: true,
+            expansion_recovery: true,
+        }
+    }
+}
+
+/// Everything a rule may consult besides the request.
+#[derive(Clone, Copy)]
+pub struct Context<'a> {
+    pub view: &'a ClusterView,
+    pub policy: &'a Policy,
+}
+
+/// Why a request is denied; rendered into the response `status` the way kube-apiserver
+/// renders the same failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// 422 `Invalid`: `<Kind>.<group> "<name>" is invalid: <field errors>`.
+    Invalid(Vec<FieldError>),
+    /// 403 `Forbidden`: `<resource>.<group> "<name>" is forbidden: <detail>`.
+    Forbidden(String),
+}
+
+/// The outcome of the rules for one request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verdict {
+    pub denial: Option<Denial>,
+    pub patch: Vec<PatchOperation>,
+    pub warnings: Vec<String>,
+}
+
+impl Verdict {
+    /// Allowed, unchanged, no warning.
+    pub fn allow() -> Self {
+        Self::default()
+    }
+
+    pub fn invalid(errors: Vec<FieldError>) -> Self {
+        Self {
+            denial: Some(Denial::Invalid(errors)),
+            ..Self::default()
+        }
+    }
+
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self {
+            denial: Some(Denial::Forbidden(detail.into())),
+            ..Self::default()
+        }
+    }
+
+    pub fn is_allowed(&self) -> bool {
+        self.denial.is_none()
+    }
+
+    pub fn is_mutated(&self) -> bool {
+        self.is_allowed() && !self.patch.is_empty()
+    }
+
+    pub fn warn(&mut self, warning: impl Into<String>) {
+        self.warnings.push(warning.into());
+    }
+
+    /// Combines the verdicts of independent rules on one request: field errors add up, the
+    /// first forbidden reason wins, patches and warnings are concatenated in order. Patches of
+    /// a denied request are dropped when rendered.
+    pub fn merge(&mut self, other: Verdict) {
+        self.denial = match (self.denial.take(), other.denial) {
+            (Some(Denial::Invalid(mut a)), Some(Denial::Invalid(b))) => {
+                a.extend(b);
+                Some(Denial::Invalid(a))
+            }
+            (Some(a), _) => Some(a),
+            (None, b) => b,
+        };
+        self.patch.extend(other.patch);
+        self.warnings.extend(other.warnings);
+    }
+}
+
+/// The requests the rules look at: the main resource (no subresource), CREATE or UPDATE.
+/// Everything else is allowed unchanged.
+fn is_handled(req: &AdmissionRequest<DynamicObject>) -> bool {
+    req.sub_resource.as_deref().is_none_or(str::is_empty)
+        && matches!(req.operation, Operation::Create | Operation::Update)
+}
+
+/// Runs the rules of `phase` on one request.
+pub fn evaluate(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context<'_>) -> Verdict {
+    if !is_handled(req) {
+        return Verdict::allow();
+    }
+    if let Some(ns) = req.namespace.as_deref()
+        && ctx.view.namespace_ignored(ns)
+    {
+        return Verdict::allow();
+    }
+    let r = &req.resource;
+    match (r.group.as_str(), r.version.as_str(), r.resource.as_str()) {
+        ("apps", "v1", "statefulsets") => statefulset::review(phase, req, ctx),
+        ("", "v1", "persistentvolumeclaims") => claim::review(phase, req, ctx),
+        _ => Verdict::allow(),
+    }
+}
+
+/// Renders a verdict as the AdmissionResponse for `req`; the uid is always the request's.
+pub fn respond(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> AdmissionResponse {
+    let mut response = AdmissionResponse::from(req);
+    if !verdict.warnings.is_empty() {
+        response.warnings = Some(verdict.warnings);
+    }
+    match verdict.denial {
+        None if verdict.patch.is_empty() => response,
+        None => {
+            let patch = json_patch::Patch(verdict.patch);
+            match response.clone().with_patch(patch) {
+                Ok(r) => r,
+                // Serialising a patch of JSON values cannot fail; deny rather than panic.
+                Err(e) => response.deny(format!("internal error: {e}")),
+            }
+        }
+        Some(denial) => {
+            response.allowed = false;
+            response.result = denial_status(req, denial);
+            response
+        }
+    }
+}
+
+fn denial_status(req: &AdmissionRequest<DynamicObject>, denial: Denial) -> Status {
+    let name = if req.name.is_empty() {
+        req.object
+            .as_ref()
+            .and_then(|o| o.metadata.generate_name.clone())
+            .unwrap_or_default()
+    } else {
+        req.name.clone()
+    };
+    match denial {
+        Denial::Invalid(errors) => {
+            // apierrors.NewInvalid
+            let kind = &req.kind;
+            let qualified = if kind.group.is_empty() {
+                kind.kind.clone()
+            } else {
+                format!("{}.{}", kind.kind, kind.group)
+            };
+            let message = format!(
+                "{qualified} {name:?} is invalid: {}",
+                field::aggregate(&errors)
+            );
+            let causes = errors
+                .iter()
+                .map(|e| StatusCause {
+                    reason: cause_reason(&e.error_type).to_owned(),
+                    message: e
+                        .to_string()
+                        .split_once(": ")
+                        .map_or_else(String::new, |(_, m)| m.to_owned()),
+                    field: e.field.clone(),
+                })
+                .collect();
+            Status::failure(&message, "Invalid")
+                .with_code(422)
+                .with_details(StatusDetails {
+                    name,
+                    group: kind.group.clone(),
+                    kind: kind.kind.clone(),
+                    uid: String::new(),
+                    causes,
+                    retry_after_seconds: 0,
+                })
+        }
+        Denial::Forbidden(detail) => {
+            // admission.NewForbidden / apierrors.NewForbidden
+            let r = &req.resource;
+            let qualified = if r.group.is_empty() {
+                r.resource.clone()
+            } else {
+                format!("{}.{}", r.resource, r.group)
+            };
+            let message = format!("{qualified} {name:?} is forbidden: {detail}");
+            Status::failure(&message, "Forbidden").with_code(403)
+        }
+    }
+}
+
+/// `metav1.CauseType` of a field error.
+fn cause_reason(t: &ErrorType) -> &'static str {
+    match t {
+        ErrorType::Required => "FieldValueRequired",
+        ErrorType::Forbidden => "FieldValueForbidden",
+        ErrorType::Invalid(_) => "FieldValueInvalid",
+        ErrorType::NotSupported { .. } => "FieldValueNotSupported",
+        ErrorType::TooLong => "FieldValueTooLong",
+    }
+}

@@ -1,0 +1,122 @@
+//! Offline evaluation of one AdmissionReview exactly as the apiserver would run our two
+//! webhooks: mutate, apply the returned JSON patch to the object, then validate the patched
+//! object. Used by the `review` command and by tests that check the object a user would end
+//! up with.
+
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{Context, Phase, Verdict, evaluate, respond};
+
+/// Which webhooks to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phases {
+    /// Mutate, apply the patch, validate — the apiserver's order.
+    Both,
+    Only(Phase),
+}
+
+/// Input that is not an AdmissionReview we can evaluate.
+#[derive(Debug, thiserror::Error)]
+pub enum BadReview {
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error("not an AdmissionReview with a request")]
+    NoRequest,
+    #[error("malformed AdmissionReview: {0}")]
+    Decode(String),
+    #[error("the mutating phase returned a patch that does not apply: {0}")]
+    Patch(String),
+}
+
+/// The result of an offline review.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The response AdmissionReview, as the webhook would send it.
+    pub review: Value,
+    pub allowed: bool,
+    /// The object after the mutating patch (the request's object when nothing was patched).
+    pub object: Option<Value>,
+}
+
+/// Decodes an AdmissionReview body that must carry a `request`.
+pub fn decode_request(raw: &Value) -> Result<AdmissionRequest<DynamicObject>, BadReview> {
+    if !raw.get("request").is_some_and(Value::is_object) {
+        return Err(BadReview::NoRequest);
+    }
+    let review = AdmissionReview::<DynamicObject>::deserialize(raw)
+        .map_err(|e| BadReview::Decode(e.to_string()))?;
+    review.try_into().map_err(|_| BadReview::NoRequest)
+}
+
+/// Evaluates one AdmissionReview body.
+pub fn review(raw: &[u8], phases: Phases, ctx: &Context<'_>) -> Result<Outcome, BadReview> {
+    let raw: Value = serde_json::from_slice(raw).map_err(|e| BadReview::NotJson(e.to_string()))?;
+    let req = decode_request(&raw)?;
+    let object = raw.pointer("/request/object").filter(|o| !o.is_null());
+
+    let (verdict, object) = match phases {
+        Phases::Only(phase) => (evaluate(phase, &req, ctx), object.cloned()),
+        Phases::Both => {
+            let mutated = evaluate(Phase::Mutate, &req, ctx);
+            if !mutated.is_allowed() {
+                (mutated, object.cloned())
+            } else {
+                let patched = apply(object, &mutated)?;
+                let validate_req = with_object(&req, patched.as_ref())?;
+                let validated = evaluate(Phase::Validate, &validate_req, ctx);
+                (combine(mutated, validated), patched)
+            }
+        }
+    };
+    let allowed = verdict.is_allowed();
+    let response = respond(&req, verdict).into_review();
+    let review = serde_json::to_value(&response).map_err(|e| BadReview::Decode(e.to_string()))?;
+    Ok(Outcome {
+        review,
+        allowed,
+        object,
+    })
+}
+
+fn apply(object: Option<&Value>, verdict: &Verdict) -> Result<Option<Value>, BadReview> {
+    let Some(object) = object else {
+        return Ok(None);
+    };
+    let mut patched = object.clone();
+    if !verdict.patch.is_empty() {
+        json_patch::patch(&mut patched, &verdict.patch)
+            .map_err(|e| BadReview::Patch(e.to_string()))?;
+    }
+    Ok(Some(patched))
+}
+
+fn with_object(
+    req: &AdmissionRequest<DynamicObject>,
+    object: Option<&Value>,
+) -> Result<AdmissionRequest<DynamicObject>, BadReview> {
+    let mut next = req.clone();
+    if let Some(object) = object {
+        next.object =
+            Some(DynamicObject::deserialize(object).map_err(|e| BadReview::Patch(e.to_string()))?);
+    }
+    Ok(next)
+}
+
+/// The apiserver's combined answer: the mutation's patch if validation allows, and the
+/// warnings of both phases either way.
+fn combine(mutated: Verdict, validated: Verdict) -> Verdict {
+    let mut warnings = mutated.warnings;
+    warnings.extend(validated.warnings);
+    Verdict {
+        patch: if validated.denial.is_none() {
+            mutated.patch
+        } else {
+            Vec::new()
+        },
+        denial: validated.denial,
+        warnings,
+    }
+}

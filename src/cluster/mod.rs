@@ -1,0 +1,194 @@
+//! Read-only view of the cluster state the rules consult: StorageClasses, Namespaces,
+//! StatefulSets and PersistentVolumeClaims. Two sources fill it — kube reflectors
+//! ([`watch`]) or a `--state` file ([`state_file`]) — and the rules cannot tell them apart.
+//! Lookups are in-memory; the admission path never calls the API.
+
+pub mod state_file;
+pub mod watch;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::watcher;
+
+use crate::names;
+
+/// A cheap-to-clone handle on the four object caches.
+#[derive(Clone)]
+pub struct ClusterView {
+    storage_classes: Store<StorageClass>,
+    namespaces: Store<Namespace>,
+    stateful_sets: Store<StatefulSet>,
+    claims: Store<PersistentVolumeClaim>,
+}
+
+/// The write side of a [`ClusterView`], owned by whichever source fills it.
+pub struct ClusterWriters {
+    pub storage_classes: Writer<StorageClass>,
+    pub namespaces: Writer<Namespace>,
+    pub stateful_sets: Writer<StatefulSet>,
+    pub claims: Writer<PersistentVolumeClaim>,
+}
+
+impl ClusterWriters {
+    pub fn new() -> Self {
+        Self {
+            storage_classes: Writer::default(),
+            namespaces: Writer::default(),
+            stateful_sets: Writer::default(),
+            claims: Writer::default(),
+        }
+    }
+
+    pub fn view(&self) -> ClusterView {
+        ClusterView {
+            storage_classes: self.storage_classes.as_reader(),
+            namespaces: self.namespaces.as_reader(),
+            stateful_sets: self.stateful_sets.as_reader(),
+            claims: self.claims.as_reader(),
+        }
+    }
+
+    /// Replaces the whole content with `objects` and marks every cache synced.
+    pub fn replace_all(&mut self, objects: ClusterObjects) {
+        fn load<K>(writer: &mut Writer<K>, items: Vec<K>)
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: Eq + std::hash::Hash + Clone,
+        {
+            writer.apply_watcher_event(&watcher::Event::Init);
+            for item in items {
+                writer.apply_watcher_event(&watcher::Event::InitApply(item));
+            }
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+        }
+        load(&mut self.storage_classes, objects.storage_classes);
+        load(&mut self.namespaces, objects.namespaces);
+        load(&mut self.stateful_sets, objects.stateful_sets);
+        load(&mut self.claims, objects.claims);
+    }
+}
+
+impl Default for ClusterWriters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Objects of the four kinds, as loaded from a file or built in a test.
+#[derive(Debug, Default, Clone)]
+pub struct ClusterObjects {
+    pub storage_classes: Vec<StorageClass>,
+    pub namespaces: Vec<Namespace>,
+    pub stateful_sets: Vec<StatefulSet>,
+    pub claims: Vec<PersistentVolumeClaim>,
+}
+
+impl ClusterView {
+    /// A synced view holding exactly `objects` (for `--state` and tests).
+    pub fn from_objects(objects: ClusterObjects) -> Self {
+        let mut writers = ClusterWriters::new();
+        writers.replace_all(objects);
+        writers.view()
+    }
+
+    /// A synced view built from plain JSON objects of the four kinds (for rule tests).
+    pub fn from_json(objects: &[serde_json::Value]) -> Result<Self, state_file::StateError> {
+        let loaded = state_file::objects_from_values(
+            "<inline>",
+            objects.iter().cloned().map(|v| (0, v)).collect(),
+        )?;
+        Ok(Self::from_objects(loaded))
+    }
+
+    /// A synced, empty view.
+    pub fn empty() -> Self {
+        Self::from_objects(ClusterObjects::default())
+    }
+
+    pub fn storage_class(&self, name: &str) -> Option<Arc<StorageClass>> {
+        self.storage_classes.get(&ObjectRef::new(name))
+    }
+
+    pub fn storage_classes(&self) -> Vec<Arc<StorageClass>> {
+        self.storage_classes.state()
+    }
+
+    pub fn namespace(&self, name: &str) -> Option<Arc<Namespace>> {
+        self.namespaces.get(&ObjectRef::new(name))
+    }
+
+    pub fn stateful_set(&self, namespace: &str, name: &str) -> Option<Arc<StatefulSet>> {
+        self.stateful_sets
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn stateful_sets(&self) -> Vec<Arc<StatefulSet>> {
+        self.stateful_sets.state()
+    }
+
+    pub fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        self.claims.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn claims(&self) -> Vec<Arc<PersistentVolumeClaim>> {
+        self.claims.state()
+    }
+
+    /// Whether the namespace opted out with the label `stateful-admission.io/ignore: "true"`.
+    pub fn namespace_ignored(&self, namespace: &str) -> bool {
+        self.namespace(namespace).is_some_and(|ns| {
+            ns.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(names::IGNORE_LABEL))
+                .is_some_and(|v| v == "true")
+        })
+    }
+
+    /// Resolves once every cache has seen its initial list.
+    pub async fn wait_synced(&self) -> Result<(), kube::runtime::reflector::store::WriterDropped> {
+        self.storage_classes.wait_until_ready().await?;
+        self.namespaces.wait_until_ready().await?;
+        self.stateful_sets.wait_until_ready().await?;
+        self.claims.wait_until_ready().await?;
+        Ok(())
+    }
+
+    /// Object counts, for logs and readiness.
+    pub fn counts(&self) -> [(&'static str, usize); 4] {
+        [
+            ("storageclasses", self.storage_classes.len()),
+            ("namespaces", self.namespaces.len()),
+            ("statefulsets", self.stateful_sets.len()),
+            ("persistentvolumeclaims", self.claims.len()),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn lookups_find_objects_by_namespace_and_name() {
+        let view = ClusterView::from_json(&[
+            json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "gold"}, "provisioner": "x"}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "off", "labels": {"stateful-admission.io/ignore": "true"}}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "on", "labels": {"stateful-admission.io/ignore": "false"}}}),
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data-web-0", "namespace": "on"}}),
+        ])
+        .expect("valid objects");
+        assert!(view.storage_class("gold").is_some());
+        assert!(view.storage_class("silver").is_none());
+        assert!(view.claim("on", "data-web-0").is_some());
+        assert!(view.claim("off", "data-web-0").is_none());
+        assert!(view.namespace_ignored("off"));
+        assert!(!view.namespace_ignored("on"));
+        assert!(!view.namespace_ignored("absent"));
+    }
+}

@@ -1,0 +1,56 @@
+//! Fills a [`ClusterView`](super::ClusterView) from the API with one reflector per kind.
+//! managedFields are dropped on the way in: the rules never read them from cached objects,
+//! and they are often the largest part of an object.
+
+use futures::{StreamExt, future::BoxFuture};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::{WatchStreamExt, reflector, reflector::store::Writer, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use super::{ClusterView, ClusterWriters};
+
+/// Starts watching; returns the view and the future that drives the reflectors (run it on
+/// the runtime for as long as the view is used).
+pub fn from_cluster(client: Client) -> (ClusterView, BoxFuture<'static, ()>) {
+    let writers = ClusterWriters::new();
+    let view = writers.view();
+    let ClusterWriters {
+        storage_classes,
+        namespaces,
+        stateful_sets,
+        claims,
+    } = writers;
+    let driver = futures::future::join4(
+        run::<StorageClass>(Api::all(client.clone()), storage_classes),
+        run::<Namespace>(Api::all(client.clone()), namespaces),
+        run::<StatefulSet>(Api::all(client.clone()), stateful_sets),
+        run::<PersistentVolumeClaim>(Api::all(client), claims),
+    );
+    (
+        view,
+        Box::pin(async move {
+            driver.await;
+        }),
+    )
+}
+
+async fn run<K>(api: Api<K>, writer: Writer<K>)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|obj: &mut K| obj.meta_mut().managed_fields = None);
+    let mut stream = std::pin::pin!(reflector::reflector(writer, stream));
+    while let Some(event) = stream.next().await {
+        if let Err(error) = event {
+            // The watcher retries with backoff; the cache keeps serving the last state.
+            tracing::warn!(%kind, %error, "watch error");
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! User-facing names fixed by the design contract: annotation and label keys.
+
+/// Prefix of every annotation and label this project reads or writes.
+pub const PREFIX: &str = "stateful-admission.io/";
+
+/// StatefulSet: `OnDelete` (default) or `InPlace`.
+pub const VOLUME_CLAIM_UPDATE_POLICY: &str = "stateful-admission.io/volume-claim-update-policy";
+/// StatefulSet: the desired volumeClaimTemplates (JSON array), written by the webhook.
+pub const DESIRED_VOLUME_CLAIM_TEMPLATES: &str =
+    "stateful-admission.io/desired-volume-claim-templates";
+/// StatefulSet: int or percent, kept where the apiserver drops the native field.
+pub const MAX_UNAVAILABLE: &str = "stateful-admission.io/max-unavailable";
+/// StatefulSet: seconds without progress before `Progressing` turns False.
+pub const PROGRESS_DEADLINE_SECONDS: &str = "stateful-admission.io/progress-deadline-seconds";
+/// StatefulSet: per-template claim status, written by the controller.
+pub const VOLUME_CLAIM_STATUS: &str = "stateful-admission.io/volume-claim-status";
+/// StorageClass: largest size a claim of this class may request.
+pub const MAX_VOLUME_SIZE: &str = "stateful-admission.io/max-volume-size";
+/// Namespace: class used for claims without one, before the cluster default.
+pub const DEFAULT_STORAGE_CLASS: &str = "stateful-admission.io/default-storage-class";
+/// Namespace label: `"true"` opts every object in the namespace out.
+pub const IGNORE_LABEL: &str = "stateful-admission.io/ignore";

@@ -1,0 +1,189 @@
+//! The shell around the rules: an HTTPS admission listener, a plain-HTTP probe listener,
+//! the cluster view that feeds the rules, and the shutdown sequence that ties them together.
+
+pub mod listener;
+pub mod metrics;
+pub mod probes;
+pub mod routes;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::Policy;
+use crate::cluster::{ClusterView, state_file, watch};
+pub use listener::ListenerLimits;
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum TlsSource {
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+    },
+    /// A throwaway CA and certificate written into this directory.
+    SelfSigned {
+        dir: PathBuf,
+        names: Vec<String>,
+    },
+}
+
+/// Where the cluster view comes from.
+#[derive(Debug, Clone)]
+pub enum StateSource {
+    /// Reflectors on the cluster from kubeconfig or in-cluster config.
+    Cluster,
+    File(PathBuf),
+}
+
+/// Everything `serve` needs; built from the command line.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub addr: SocketAddr,
+    pub probe_addr: SocketAddr,
+    pub tls: TlsSource,
+    pub state: StateSource,
+    pub policy: Policy,
+    pub cert_poll_interval: Duration,
+    /// Time between readiness turning false and the listener closing, so that endpoints
+    /// stop routing to this pod before it stops accepting.
+    pub shutdown_delay: Duration,
+    pub request_timeout: Duration,
+    pub limits: ListenerLimits,
+}
+
+/// Owns the configuration and runs the webhook until `shutdown` resolves.
+pub struct Server {
+    config: ServeConfig,
+}
+
+impl Server {
+    pub fn new(config: ServeConfig) -> Self {
+        Self { config }
+    }
+
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let config = self.config;
+        let readiness = Arc::new(probes::Readiness::default());
+        let mut registry = Registry::with_prefix("stateful_admission");
+        let metrics = Arc::new(metrics::Metrics::register(&mut registry));
+        let registry = Arc::new(registry);
+        let stop_accepting = CancellationToken::new();
+        let stop_background = CancellationToken::new();
+
+        let view = start_view(&config.state, &readiness, &stop_background).await?;
+
+        let (cert_path, key_path) = match &config.tls {
+            TlsSource::Files { cert, key } => (cert.clone(), key.clone()),
+            TlsSource::SelfSigned { dir, names } => {
+                let generated = crate::certs::generate("stateful-admission", names, 7, 7)?;
+                let paths = generated.write(dir, false)?;
+                tracing::info!(ca = %paths.ca_cert.display(), "self-signed certificate written; trust this CA to call the webhook");
+                eprintln!("self-signed CA certificate: {}", paths.ca_cert.display());
+                (paths.cert, paths.key)
+            }
+        };
+        let certs = tls::CertReloader::load(&cert_path, &key_path)
+            .context("cannot load the serving certificate")?;
+        let tls_config = certs.server_config()?;
+        tokio::spawn(certs.clone().watch(
+            config.cert_poll_interval,
+            metrics.clone(),
+            stop_background.clone(),
+        ));
+
+        let probe_listener = TcpListener::bind(config.probe_addr)
+            .await
+            .with_context(|| format!("cannot bind the probe address {}", config.probe_addr))?;
+        let probe_addr = probe_listener.local_addr()?;
+        let probe_app = probes::router(readiness.clone(), registry.clone());
+        let probe_stop = stop_background.clone();
+        let probe_server = tokio::spawn(async move {
+            axum::serve(probe_listener, probe_app)
+                .with_graceful_shutdown(async move { probe_stop.cancelled().await })
+                .await
+        });
+
+        let state = Arc::new(routes::AdmissionState {
+            view,
+            policy: config.policy.clone(),
+            metrics: metrics.clone(),
+        });
+        let app = routes::router(state).layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            config.request_timeout,
+        ));
+        let listener = TcpListener::bind(config.addr)
+            .await
+            .with_context(|| format!("cannot bind the webhook address {}", config.addr))?;
+        let addr = listener.local_addr()?;
+        readiness.set_tls_bound();
+        tracing::info!(%addr, %probe_addr, "webhook listening");
+
+        let serving = tokio::spawn(listener::serve_tls(
+            listener,
+            tls_config,
+            app,
+            config.limits.clone(),
+            stop_accepting.clone(),
+        ));
+
+        shutdown.await;
+        readiness.set_draining();
+        tracing::info!(delay = ?config.shutdown_delay, "shutting down: readiness off, draining");
+        tokio::time::sleep(config.shutdown_delay).await;
+        stop_accepting.cancel();
+        serving.await.context("the HTTPS listener failed")?;
+        stop_background.cancel();
+        if let Ok(Err(error)) = probe_server.await {
+            tracing::warn!(%error, "probe listener ended with an error");
+        }
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+async fn start_view(
+    source: &StateSource,
+    readiness: &Arc<probes::Readiness>,
+    stop: &CancellationToken,
+) -> anyhow::Result<ClusterView> {
+    match source {
+        StateSource::File(path) => {
+            let objects = state_file::load(path)?;
+            let view = ClusterView::from_objects(objects);
+            tracing::info!(state = %path.display(), counts = ?view.counts(), "cluster state loaded from file");
+            readiness.set_synced();
+            Ok(view)
+        }
+        StateSource::Cluster => {
+            let client = kube::Client::try_default()
+                .await
+                .context("no cluster configuration (kubeconfig or in-cluster); use --state FILE to run without a cluster")?;
+            let (view, driver) = watch::from_cluster(client);
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = driver => {}
+                    _ = stop.cancelled() => {}
+                }
+            });
+            let synced_view = view.clone();
+            let readiness = readiness.clone();
+            tokio::spawn(async move {
+                if synced_view.wait_synced().await.is_ok() {
+                    tracing::info!(counts = ?synced_view.counts(), "cluster view synced");
+                    readiness.set_synced();
+                }
+            });
+            Ok(view)
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The admission endpoints: parse, hand off to the pure rules, answer. Everything about a
+//! request that is not a rule lives here: content type, body size, malformed input, metrics
+//! and the per-review span.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tracing::{Instrument, field};
+
+use super::metrics::{Metrics, ReviewLabels};
+use crate::admission::{self, Context, Phase, Policy, offline};
+use crate::cluster::ClusterView;
+
+/// Largest AdmissionReview body accepted. kube-apiserver caps objects near 1.5 MiB in etcd; a
+/// review carries the object twice (object and oldObject).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// What the handlers share.
+pub struct AdmissionState {
+    pub view: ClusterView,
+    pub policy: Policy,
+    pub metrics: Arc<Metrics>,
+}
+
+/// `POST /mutate` and `POST /validate`. A panic inside a rule becomes a 500 and the server
+/// keeps serving.
+pub fn router(state: Arc<AdmissionState>) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route("/validate", post(validate))
+        .with_state(state)
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |_panic: Box<dyn std::any::Any + Send>| {
+                tracing::error!("panic while evaluating an admission review");
+                error_response(StatusCode::INTERNAL_SERVER_ERROR, "internal error", None)
+            },
+        ))
+}
+
+async fn mutate(
+    State(state): State<Arc<AdmissionState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(Phase::Mutate, &state, &headers, body).await
+}
+
+async fn validate(
+    State(state): State<Arc<AdmissionState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(Phase::Validate, &state, &headers, body).await
+}
+
+async fn handle(phase: Phase, state: &AdmissionState, headers: &HeaderMap, body: Body) -> Response {
+    let endpoint = phase.as_str();
+    let _in_flight = state.metrics.in_flight(endpoint);
+    let reject = |code: StatusCode, message: &str, uid: Option<&str>| {
+        state.metrics.rejected(endpoint, code.as_u16());
+        error_response(code, message, uid)
+    };
+
+    if !is_json(headers) {
+        return reject(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content type must be application/json",
+            None,
+        );
+    }
+    let declared_too_large = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|len| len > MAX_BODY_BYTES as u64);
+    if declared_too_large {
+        return reject(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body too large",
+            None,
+        );
+    }
+    let bytes = match read_body(body).await {
+        Ok(bytes) => bytes,
+        Err(BodyError::TooLarge) => {
+            return reject(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large",
+                None,
+            );
+        }
+        Err(BodyError::Io(message)) => {
+            return reject(StatusCode::BAD_REQUEST, &message, None);
+        }
+    };
+
+    let started = Instant::now();
+    let raw: Value = match serde_json::from_slice(&bytes) {
+        Ok(raw) => raw,
+        Err(e) => {
+            return reject(
+                StatusCode::BAD_REQUEST,
+                &format!("malformed JSON: {e}"),
+                None,
+            );
+        }
+    };
+    let uid = raw.pointer("/request/uid").and_then(Value::as_str);
+    let req = match offline::decode_request(&raw) {
+        Ok(req) => req,
+        Err(e) => return reject(StatusCode::BAD_REQUEST, &e.to_string(), uid),
+    };
+    drop(raw);
+
+    let span = tracing::info_span!(
+        "review",
+        endpoint,
+        uid = %req.uid,
+        kind = %req.kind.kind,
+        namespace = req.namespace.as_deref().unwrap_or(""),
+        name = %req.name,
+        operation = ?req.operation,
+        allowed = field::Empty,
+        mutated = field::Empty,
+        duration_us = field::Empty,
+    );
+    async {
+        let ctx = Context {
+            view: &state.view,
+            policy: &state.policy,
+        };
+        let verdict = admission::evaluate(phase, &req, &ctx);
+        let (allowed, mutated) = (verdict.is_allowed(), verdict.is_mutated());
+        let response = admission::respond(&req, verdict).into_review();
+        let elapsed = started.elapsed();
+        let span = tracing::Span::current();
+        span.record("allowed", allowed);
+        span.record("mutated", mutated);
+        span.record("duration_us", elapsed.as_micros() as u64);
+        if !allowed || mutated {
+            tracing::info!("reviewed");
+        } else {
+            tracing::debug!("reviewed");
+        }
+        state.metrics.observe(
+            ReviewLabels {
+                endpoint,
+                resource: req.resource.resource.clone(),
+                operation: format!("{:?}", req.operation).to_uppercase(),
+                allowed,
+                mutated,
+            },
+            elapsed.as_secs_f64(),
+        );
+        match serde_json::to_vec(&response) {
+            Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+            Err(e) => error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &e.to_string(),
+                Some(&req.uid),
+            ),
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+enum BodyError {
+    TooLarge,
+    Io(String),
+}
+
+async fn read_body(body: Body) -> Result<Bytes, BodyError> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| {
+            let is_limit = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if is_limit {
+                BodyError::TooLarge
+            } else {
+                BodyError::Io(format!("cannot read body: {e}"))
+            }
+        })
+}
+
+/// `application/json`, with or without parameters such as `charset`.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// A short JSON error; carries the request uid when one could be read.
+fn error_response(code: StatusCode, message: &str, uid: Option<&str>) -> Response {
+    let mut body = json!({ "error": message });
+    if let Some(uid) = uid {
+        body["uid"] = Value::from(uid);
+    }
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
