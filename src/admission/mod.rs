@@ -6,6 +6,7 @@ pub mod builder;
 pub mod claim;
 pub mod field;
 pub mod offline;
+pub mod set_claims;
 pub mod statefulset;
 
 use json_patch::PatchOperation;
