@@ -41,14 +41,10 @@ pub fn resolve(view: &ClusterView, namespace: &str, claim: &str) -> Option<SetCl
         .map(|(i, _)| (&prefix[..i], &prefix[i + 1..]))
         .find_map(|(template, set_name)| {
             let set = view.stateful_set(namespace, set_name)?;
-            let has_template = set
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_claim_templates.as_ref())
-                .is_some_and(|ts| {
-                    ts.iter()
-                        .any(|t| t.metadata.name.as_deref() == Some(template))
-                });
+            let has_template = set.spec.volume_claim_templates.as_ref().is_some_and(|ts| {
+                ts.iter()
+                    .any(|t| t.metadata.name.as_deref() == Some(template))
+            });
             has_template.then(|| SetClaim {
                 set,
                 template: template.to_owned(),
