@@ -111,11 +111,11 @@ impl Server {
                 .await
         });
 
-        let state = Arc::new(routes::AdmissionState {
+        let state = Arc::new(routes::AdmissionState::new(
             view,
-            policy: config.policy.clone(),
-            metrics: metrics.clone(),
-        });
+            config.policy.clone(),
+            metrics.clone(),
+        ));
         let app = routes::router(state).layer(tower_http::timeout::TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             config.request_timeout,

@@ -17,16 +17,34 @@ use tracing::{Instrument, field};
 use super::metrics::{Metrics, ReviewLabels};
 use crate::admission::{self, Context, Phase, Policy, offline};
 use crate::cluster::ClusterView;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
 
 /// Largest AdmissionReview body accepted. kube-apiserver caps objects near 1.5 MiB in etcd; a
 /// review carries the object twice (object and oldObject).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// The function that judges a request: [`admission::evaluate`], or a stand-in in tests.
+pub type Evaluator =
+    fn(Phase, &AdmissionRequest<DynamicObject>, &Context<'_>) -> admission::Verdict;
 
 /// What the handlers share.
 pub struct AdmissionState {
     pub view: ClusterView,
     pub policy: Policy,
     pub metrics: Arc<Metrics>,
+    pub evaluator: Evaluator,
+}
+
+impl AdmissionState {
+    pub fn new(view: ClusterView, policy: Policy, metrics: Arc<Metrics>) -> Self {
+        Self {
+            view,
+            policy,
+            metrics,
+            evaluator: admission::evaluate,
+        }
+    }
 }
 
 /// `POST /mutate` and `POST /validate`. A panic inside a rule becomes a 500 and the server
@@ -136,7 +154,7 @@ async fn handle(phase: Phase, state: &AdmissionState, headers: &HeaderMap, body:
             view: &state.view,
             policy: &state.policy,
         };
-        let verdict = admission::evaluate(phase, &req, &ctx);
+        let verdict = (state.evaluator)(phase, &req, &ctx);
         let (allowed, mutated) = (verdict.is_allowed(), verdict.is_mutated());
         let response = admission::respond(&req, verdict).into_review();
         let elapsed = started.elapsed();

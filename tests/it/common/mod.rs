@@ -39,11 +39,16 @@ pub fn fixture(name: &str) -> Value {
 pub fn app(view: ClusterView, policy: Policy) -> Router {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
-    routes::router(Arc::new(AdmissionState {
-        view,
-        policy,
-        metrics,
-    }))
+    routes::router(Arc::new(AdmissionState::new(view, policy, metrics)))
+}
+
+/// The router with a stand-in evaluator, and its metrics registry.
+pub fn app_with(evaluator: routes::Evaluator) -> (Router, Arc<Registry>) {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let mut state = AdmissionState::new(ClusterView::empty(), Policy::default(), metrics);
+    state.evaluator = evaluator;
+    (routes::router(Arc::new(state)), Arc::new(registry))
 }
 
 /// Sends raw bytes with a content type; returns the status and the body bytes.
