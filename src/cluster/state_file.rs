@@ -73,8 +73,13 @@ fn parse_documents(file: &str, bytes: &[u8]) -> Result<Vec<Value>, StateError> {
         return Ok(docs);
     }
     let text = std::str::from_utf8(bytes).map_err(|e| parse_err(e.to_string()))?;
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| parse_err(e.to_string()))?;
+    // The YAML error renders a source snippet over several lines; keep the first (it names
+    // the line and column) so that the error stays one line.
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| {
+        let full = e.to_string();
+        let first = full.lines().next().unwrap_or_default();
+        parse_err(first.trim_start_matches("error: ").to_owned())
+    })?;
     Ok(docs)
 }
 

@@ -78,3 +78,20 @@ async fn metrics(State(state): State<Arc<ProbeState>>) -> impl IntoResponse {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_when_bound_and_synced_and_not_draining() {
+        let r = Readiness::default();
+        assert!(!r.is_ready());
+        r.set_tls_bound();
+        assert!(!r.is_ready(), "not synced yet");
+        r.set_synced();
+        assert!(r.is_ready());
+        r.set_draining();
+        assert!(!r.is_ready());
+    }
+}

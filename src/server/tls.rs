@@ -189,3 +189,49 @@ fn certified_key(
     // from_der checks that the key belongs to the certificate.
     Ok(CertifiedKey::from_der(chain, key, provider)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served_cert(reloader: &CertReloader) -> Vec<u8> {
+        let current = reloader.current.read().unwrap_or_else(|p| p.into_inner());
+        current.cert[0].to_vec()
+    }
+
+    #[test]
+    fn reload_swaps_a_good_pair_and_keeps_the_last_good_one_on_a_bad_pair() {
+        let names = vec!["localhost".to_owned()];
+        let first = crate::certs::generate("a", &names, 1, 1).expect("certs");
+        let second = crate::certs::generate("b", &names, 1, 1).expect("certs");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = first.write(dir.path(), false).expect("write");
+        let reloader = CertReloader::load(&paths.cert, &paths.key).expect("loads");
+        let original = served_cert(&reloader);
+
+        assert!(
+            !reloader.reload().expect("unchanged files reload"),
+            "nothing changed"
+        );
+
+        // Certificate of one pair, key of the other: rejected, still serving the first.
+        std::fs::write(&paths.cert, &second.cert_pem).expect("write");
+        let err = reloader.reload().expect_err("mismatched pair");
+        assert!(matches!(err, TlsError::Pair(_)), "{err}");
+        assert_eq!(served_cert(&reloader), original);
+        // The same bad pair is not retried (and not re-reported) until the files change.
+        assert!(!reloader.reload().expect("same bad pair"));
+
+        std::fs::write(&paths.key, &second.key_pem).expect("write");
+        assert!(reloader.reload().expect("good pair"));
+        assert_ne!(served_cert(&reloader), original);
+
+        std::fs::write(&paths.cert, "not a certificate").expect("write");
+        assert!(matches!(
+            reloader.reload(),
+            Err(TlsError::NoCertificate { .. })
+        ));
+        std::fs::remove_file(&paths.key).expect("remove");
+        assert!(matches!(reloader.reload(), Err(TlsError::Read { .. })));
+    }
+}

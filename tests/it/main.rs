@@ -1,4 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
 mod common;
+mod review_cli;
+mod serve_tls;
 mod server_router;

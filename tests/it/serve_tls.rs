@@ -1,0 +1,477 @@
+//! The real binary over real TLS on loopback: HTTP/1.1 and HTTP/2 by ALPN, certificate
+//! rotation by a Secret-volume symlink swap under load, SIGTERM drain, startup errors.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use stateful_admission::certs;
+
+use crate::common::{fixture, fixture_path, temp_file};
+
+/// A running `serve` process, killed on drop.
+struct Served {
+    child: Child,
+    addr: String,
+    probe_addr: String,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stateful-admission"))
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--probe-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("binary starts");
+        let stderr = child.stderr.take();
+        let (tx, rx) = mpsc::channel();
+        // Owned from here on, so that a failed start still kills and reaps the process.
+        let mut served = Served {
+            child,
+            addr: String::new(),
+            probe_addr: String::new(),
+            stderr: rx,
+        };
+        let stderr = stderr.expect("stderr is piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let line = served
+                .stderr
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the server logs that it listens");
+            let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if event["fields"]["message"] == "webhook listening" {
+                let field = |k: &str| {
+                    event["fields"][k]
+                        .as_str()
+                        .expect("address field")
+                        .to_owned()
+                };
+                served.addr = field("addr");
+                served.probe_addr = field("probe_addr");
+                return served;
+            }
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", port(&self.addr))
+    }
+
+    fn probe(&self, path: &str) -> u16 {
+        let url = format!("http://{}{path}", self.probe_addr);
+        reqwest::blocking_get_status(&url)
+    }
+
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    fn logs(&self) -> Vec<String> {
+        self.stderr.try_iter().collect()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn port(addr: &str) -> &str {
+    addr.rsplit(':').next().expect("port")
+}
+
+mod reqwest {
+    pub use ::reqwest::*;
+
+    /// A plain GET on the probe port from a blocking context.
+    pub fn blocking_get_status(url: &str) -> u16 {
+        let url = url.to_owned();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                ::reqwest::get(&url)
+                    .await
+                    .map(|r| r.status().as_u16())
+                    .unwrap_or(0)
+            })
+        })
+        .join()
+        .expect("probe thread")
+    }
+}
+
+/// A client that trusts only the given CAs; `fresh` disables connection reuse so that every
+/// request makes a new TLS handshake.
+fn client(cas: &[&Path], http1_only: bool, fresh: bool) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .timeout(Duration::from_secs(10));
+    for ca in cas {
+        let pem = std::fs::read(ca).expect("read CA");
+        builder =
+            builder.add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("CA PEM"));
+    }
+    if http1_only {
+        builder = builder.http1_only();
+    }
+    if fresh {
+        builder = builder.pool_max_idle_per_host(0);
+    }
+    builder.build().expect("client")
+}
+
+fn review_body() -> Vec<u8> {
+    serde_json::to_vec(&fixture("apiserver/pvc-create.validate.json")).expect("json")
+}
+
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    body: Vec<u8>,
+) -> Result<(reqwest::Version, Value), reqwest::Error> {
+    let resp = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await?
+        .error_for_status()?;
+    let version = resp.version();
+    Ok((version, resp.json().await?))
+}
+
+fn state_file() -> PathBuf {
+    fixture_path("state/empty.yaml")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_http1_and_http2_over_tls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir_arg = dir.path().to_str().expect("utf-8 path");
+    let served = Served::start(&[
+        "--self-signed",
+        "--self-signed-dir",
+        dir_arg,
+        "--state",
+        state_file().to_str().expect("path"),
+    ]);
+    let ca = dir.path().join("ca.crt");
+    assert_eq!(served.probe("/healthz"), 200);
+    assert_eq!(served.probe("/readyz"), 200);
+
+    for (http1_only, want) in [
+        (true, reqwest::Version::HTTP_11),
+        (false, reqwest::Version::HTTP_2),
+    ] {
+        let c = client(&[&ca], http1_only, false);
+        let (version, body) = post(&c, &served.url("/validate?timeout=5s"), review_body())
+            .await
+            .expect("request succeeds");
+        assert_eq!(version, want);
+        assert_eq!(
+            body["response"]["uid"],
+            "4c114ae9-dfc0-44f7-91c9-cc0ae1fcaf46"
+        );
+        assert_eq!(body["response"]["allowed"], true);
+    }
+
+    let metrics = reqwest::get(format!("http://{}/metrics", served.probe_addr))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("stateful_admission_admission_requests_total{endpoint=\"validate\""),
+        "{metrics}"
+    );
+}
+
+/// Lays out certificates like a mounted Secret: `tls.crt -> ..data/tls.crt`,
+/// `..data -> ..<version>`, and swaps versions with an atomic rename of `..data`.
+struct SecretVolume {
+    dir: PathBuf,
+}
+
+impl SecretVolume {
+    fn new(dir: &Path, first: &certs::GeneratedCerts) -> SecretVolume {
+        let vol = SecretVolume {
+            dir: dir.to_owned(),
+        };
+        vol.write_version("..v1", &first.cert_pem, &first.key_pem);
+        std::os::unix::fs::symlink("..v1", dir.join("..data")).expect("link ..data");
+        for f in ["tls.crt", "tls.key"] {
+            std::os::unix::fs::symlink(format!("..data/{f}"), dir.join(f)).expect("link file");
+        }
+        vol
+    }
+
+    fn write_version(&self, version: &str, cert: &str, key: &str) {
+        let v = self.dir.join(version);
+        std::fs::create_dir(&v).expect("version dir");
+        std::fs::write(v.join("tls.crt"), cert).expect("cert");
+        std::fs::write(v.join("tls.key"), key).expect("key");
+    }
+
+    fn swap_to(&self, version: &str, cert: &str, key: &str) {
+        self.write_version(version, cert, key);
+        let tmp = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(version, &tmp).expect("link tmp");
+        std::fs::rename(&tmp, self.dir.join("..data")).expect("atomic swap");
+    }
+
+    fn cert(&self) -> PathBuf {
+        self.dir.join("tls.crt")
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.join("tls.key")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_symlink_swapped_certificate_is_served_with_no_failed_request() {
+    let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let first = certs::generate("first", &names, 1, 1).expect("certs");
+    let second = certs::generate("second", &names, 1, 1).expect("certs");
+    let cas = tempfile::tempdir().expect("tempdir");
+    let (ca1, ca2) = (cas.path().join("ca1.crt"), cas.path().join("ca2.crt"));
+    std::fs::write(&ca1, &first.ca_cert_pem).expect("ca1");
+    std::fs::write(&ca2, &second.ca_cert_pem).expect("ca2");
+
+    let volume_dir = tempfile::tempdir().expect("tempdir");
+    let volume = SecretVolume::new(volume_dir.path(), &first);
+    let served = Served::start(&[
+        "--tls-cert",
+        volume.cert().to_str().expect("path"),
+        "--tls-key",
+        volume.key().to_str().expect("path"),
+        "--cert-poll-interval",
+        "1s",
+        "--state",
+        state_file().to_str().expect("path"),
+    ]);
+    let url = served.url("/validate");
+
+    // Only the second CA: fails until the new certificate is served.
+    let second_only = client(&[&ca2], false, true);
+    assert!(post(&second_only, &url, review_body()).await.is_err());
+
+    // A client trusting both keeps sending, on reused and on new connections, throughout.
+    let failures = Arc::new(AtomicUsize::new(0));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut senders = Vec::new();
+    for fresh in [false, true] {
+        let (failures, sent, stop, url) =
+            (failures.clone(), sent.clone(), stop.clone(), url.clone());
+        let c = client(&[&ca1, &ca2], false, fresh);
+        senders.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                if post(&c, &url, review_body()).await.is_err() {
+                    failures.fetch_add(1, Ordering::SeqCst);
+                }
+                sent.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    volume.swap_to("..v2", &second.cert_pem, &second.key_pem);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if post(&second_only, &url, review_body()).await.is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "new certificate not served within 10s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A broken pair (certificate of one, key of another) is refused; the last good one stays.
+    volume.swap_to("..v3", &first.cert_pem, &second.key_pem);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    post(&second_only, &url, review_body())
+        .await
+        .expect("the last good certificate is still served");
+
+    stop.store(true, Ordering::SeqCst);
+    for s in senders {
+        s.await.expect("sender");
+    }
+    assert!(sent.load(Ordering::SeqCst) > 20, "the load loop ran");
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        0,
+        "requests failed during rotation"
+    );
+    let logs = served.logs().join("\n");
+    assert!(logs.contains("serving certificate reloaded"), "{logs}");
+    assert!(logs.contains("new serving certificate rejected"), "{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_turns_readiness_off_finishes_in_flight_requests_and_exits_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut served = Served::start(&[
+        "--self-signed",
+        "--self-signed-dir",
+        dir.path().to_str().expect("path"),
+        "--state",
+        state_file().to_str().expect("path"),
+        "--shutdown-delay",
+        "1s",
+    ]);
+    let ca = dir.path().join("ca.crt");
+    let c = client(&[&ca], true, false);
+    let url = served.url("/validate");
+
+    // A request whose body is still arriving when the signal comes.
+    let body = review_body();
+    let (first, rest) = body.split_at(body.len() / 2);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
+    tx.send(Ok(first.to_vec())).await.expect("first half");
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let in_flight = tokio::spawn({
+        let c = c.clone();
+        let url = url.clone();
+        async move {
+            c.post(&url)
+                .header("content-type", "application/json")
+                .body(reqwest::Body::wrap_stream(stream))
+                .send()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    served.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        served.probe("/readyz"),
+        503,
+        "readiness must turn off on SIGTERM"
+    );
+    assert_eq!(served.probe("/healthz"), 200);
+
+    // Past the delay the listener closes; the accepted request still completes.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tx.send(Ok(rest.to_vec())).await.expect("rest");
+    drop(tx);
+    let resp = in_flight
+        .await
+        .expect("task")
+        .expect("in-flight request answered");
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(
+        body["response"]["uid"],
+        "4c114ae9-dfc0-44f7-91c9-cc0ae1fcaf46"
+    );
+
+    assert_eq!(served.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn a_state_file_that_does_not_parse_stops_serve_naming_file_and_document() {
+    let bad = temp_file(".yaml", b"kind: Namespace\nmetadata: {name: a}\n---\nkind: StatefulSet\nmetadata: {name: web}\nspec: {replicas: many}\n");
+    let path = bad.path().to_str().expect("path").to_owned();
+    let run = crate::common::run_binary(
+        &[
+            "serve",
+            "--self-signed",
+            "--addr",
+            "127.0.0.1:0",
+            "--probe-addr",
+            "127.0.0.1:0",
+            "--state",
+            &path,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "state file {path}: document 2: StatefulSet \"web\""
+        )),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn serve_without_a_certificate_source_is_a_usage_error() {
+    let run = crate::common::run_binary(&["serve", "--state", "x"], None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("--tls-cert"), "{}", run.stderr);
+}
+
+#[test]
+fn help_shows_the_defaults() {
+    let run = crate::common::run_binary(&["serve", "--help"], None);
+    assert_eq!(run.code, 0);
+    for want in [
+        "0.0.0.0:8443",
+        "0.0.0.0:8080",
+        "STATEFUL_ADMISSION_ADDR",
+        "--self-signed",
+        "--state",
+    ] {
+        assert!(
+            run.stdout.contains(want),
+            "missing {want} in:\n{}",
+            run.stdout
+        );
+    }
+}
