@@ -6,8 +6,11 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, ObjectReference, PersistentVolumeClaim, Pod,
+};
 use k8s_openapi::api::events::v1::Event as EventV1;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
     PropagationPolicy, WatchEvent, WatchParams,
@@ -1016,4 +1019,91 @@ async fn streams_end_when_the_server_shuts_down() {
         .await
         .expect("the stream ends");
     assert!(events.is_ok_and(|e| e.is_empty()));
+}
+
+#[tokio::test]
+async fn cluster_scoped_resources_live_outside_namespaces() {
+    let api = FakeApiServer::start().await;
+    let namespaces: Api<Namespace> = Api::all(api.client());
+    let default = namespaces.get("default").await.expect("built-in namespace");
+    assert_eq!(
+        default.status.and_then(|s| s.phase).as_deref(),
+        Some("Active")
+    );
+    let created = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "apps"}})).expect("valid"),
+        )
+        .await
+        .expect("create");
+    assert_eq!(created.namespace(), None);
+    assert!(
+        namespaces
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .any(|n| n.name_any() == "apps")
+    );
+
+    let classes: Api<StorageClass> = Api::all(api.client());
+    let class: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": "gold", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "example.com/csi",
+        "allowVolumeExpansion": true,
+    }))
+    .expect("valid class");
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create");
+    assert_eq!(
+        api.get::<StorageClass>("", "gold")
+            .and_then(|c| c.allow_volume_expansion),
+        Some(true)
+    );
+    classes
+        .delete("gold", &DeleteParams::default())
+        .await
+        .expect("delete");
+    assert!(api.list_objects(&resources::STORAGE_CLASSES).is_empty());
+}
+
+#[tokio::test]
+async fn streaming_list_watchers_sync_too() {
+    let api = FakeApiServer::start().await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(api.client());
+    maps.create(&PostParams::default(), &config_map("before", json!({})))
+        .await
+        .expect("create");
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(maps.clone(), watcher::Config::default().streaming_lists()),
+    );
+    tokio::spawn(
+        stream
+            .default_backoff()
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .expect("synced in time")
+        .expect("writer alive");
+    maps.create(&PostParams::default(), &config_map("after", json!({})))
+        .await
+        .expect("create");
+    eventually("the streaming watcher to see both", || {
+        reader.state().len() == 2
+    })
+    .await;
+    assert!(
+        api.requests()
+            .iter()
+            .all(|r| !(r.method == "GET" && !r.is_watch() && r.path.ends_with("configmaps"))),
+        "no list request"
+    );
 }
