@@ -1,6 +1,8 @@
 //! Integration tests: one binary, one module per area.
 
 mod common;
+mod fake_apiserver_tests;
 mod review_cli;
 mod serve_tls;
 mod server_router;
+mod support;

@@ -1,0 +1,1109 @@
+//! The fake API server against kube's own client, watcher, reflector and event recorder:
+//! each test pins one behaviour controller tests rely on.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, ObjectReference, PersistentVolumeClaim, Pod,
+};
+use k8s_openapi::api::events::v1::Event as EventV1;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
+    PropagationPolicy, WatchEvent, WatchParams,
+};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::support::fake_apiserver::{
+    ChangeKind, FakeApiConfig, FakeApiServer, PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN,
+    resources,
+};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn pvc(name: &str, storage: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}},
+    }))
+    .expect("valid claim")
+}
+
+fn statefulset(name: &str) -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 2,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}},
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            }],
+        },
+    }))
+    .expect("valid statefulset")
+}
+
+fn config_map(name: &str, labels: Value) -> ConfigMap {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}),
+    )
+    .expect("valid config map")
+}
+
+/// The `Status` of a failed call, or a panic naming what happened instead.
+fn api_error<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Box<kube::core::Status> {
+    match result {
+        Err(kube::Error::Api(status)) => status,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Polls until `check` holds, for state outside the fake server (a reflector's store).
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A reflector over claims in `default`, driven in the background.
+fn claim_reflector(client: Client) -> reflector::Store<PersistentVolumeClaim> {
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(
+            Api::<PersistentVolumeClaim>::default_namespaced(client),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .applied_objects();
+    tokio::spawn(stream.for_each(|_| async {}));
+    reader
+}
+
+fn names(reader: &reflector::Store<PersistentVolumeClaim>) -> Vec<String> {
+    let mut names: Vec<String> = reader.state().iter().map(|c| c.name_any()).collect();
+    names.sort();
+    names
+}
+
+fn storage_of(reader: &reflector::Store<PersistentVolumeClaim>, name: &str) -> Option<String> {
+    reader
+        .state()
+        .iter()
+        .find(|c| c.name_any() == name)
+        .and_then(|c| {
+            c.spec
+                .as_ref()?
+                .resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("storage")
+                .map(|q| q.0.clone())
+        })
+}
+
+#[tokio::test]
+async fn reflector_syncs_then_follows_creates_patches_and_deletes() {
+    let api = FakeApiServer::start().await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(api.client());
+    claims
+        .create(&PostParams::default(), &pvc("data-web-0", "1Gi"))
+        .await
+        .expect("create");
+
+    let reader = claim_reflector(api.client());
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .expect("synced in time")
+        .expect("writer alive");
+    assert_eq!(names(&reader), ["data-web-0"]);
+
+    claims
+        .create(&PostParams::default(), &pvc("data-web-1", "1Gi"))
+        .await
+        .expect("create");
+    api.put_object(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-web-0", "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}},
+    }));
+    let resize = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+    claims
+        .patch(
+            "data-web-0",
+            &PatchParams::default(),
+            &Patch::Merge(&resize),
+        )
+        .await
+        .expect("expand a bound claim");
+    claims
+        .delete("data-web-1", &DeleteParams::default())
+        .await
+        .expect("delete");
+    claims
+        .create(&PostParams::default(), &pvc("data-web-2", "1Gi"))
+        .await
+        .expect("create");
+
+    eventually("the reflector to see every change", || {
+        names(&reader) == ["data-web-0", "data-web-2"]
+            && storage_of(&reader, "data-web-0").as_deref() == Some("2Gi")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn list_filters_by_label_and_field_selectors() {
+    let api = FakeApiServer::start().await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(api.client());
+    for (name, labels) in [
+        ("web", json!({"app": "web", "tier": "front"})),
+        ("db", json!({"app": "db"})),
+        ("cache", json!({"app": "cache", "tier": "back"})),
+    ] {
+        maps.create(&PostParams::default(), &config_map(name, labels))
+            .await
+            .expect("create");
+    }
+    Api::<ConfigMap>::namespaced(api.client(), "other")
+        .create(
+            &PostParams::default(),
+            &config_map("web", json!({"app": "web"})),
+        )
+        .await
+        .expect("create in another namespace");
+
+    let cases = [
+        ("app=web", vec!["web"]),
+        ("app==web", vec!["web"]),
+        ("app!=web", vec!["cache", "db"]),
+        ("tier", vec!["cache", "web"]),
+        ("!tier", vec!["db"]),
+        ("app in (web, db)", vec!["db", "web"]),
+        ("app notin (web),tier", vec!["cache"]),
+        ("", vec!["cache", "db", "web"]),
+    ];
+    for (selector, expected) in cases {
+        let list = maps
+            .list(&ListParams::default().labels(selector))
+            .await
+            .expect("list");
+        let got: Vec<String> = list.items.iter().map(ResourceExt::name_any).collect();
+        assert_eq!(got, expected, "labelSelector {selector:?}");
+        assert!(
+            list.metadata
+                .resource_version
+                .is_some_and(|rv| !rv.is_empty()),
+            "a list carries its resourceVersion"
+        );
+    }
+
+    let everywhere: Api<ConfigMap> = Api::all(api.client());
+    let named_web = everywhere
+        .list(&ListParams::default().fields("metadata.name=web"))
+        .await
+        .expect("list");
+    let namespaces: Vec<String> = named_web
+        .items
+        .iter()
+        .filter_map(|m| m.namespace())
+        .collect();
+    assert_eq!(namespaces, ["default", "other"]);
+    let only_other = everywhere
+        .list(&ListParams::default().fields("metadata.namespace=other"))
+        .await
+        .expect("list");
+    assert_eq!(only_other.items.len(), 1);
+    let paged = maps
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("a limit is accepted");
+    assert_eq!(paged.items.len(), 3, "lists are one complete page");
+
+    let bad = api_error(maps.list(&ListParams::default().fields("data.k=v")).await);
+    assert_eq!((bad.code, bad.reason.as_str()), (400, "BadRequest"));
+}
+
+#[tokio::test]
+async fn create_assigns_identity_and_rejects_duplicates() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let created = sets
+        .create(&PostParams::default(), &statefulset("web"))
+        .await
+        .expect("create");
+    assert!(created.uid().is_some_and(|u| u.len() == 36));
+    assert_eq!(created.metadata.generation, Some(1));
+    assert!(created.creation_timestamp().is_some());
+    assert_eq!(created.namespace().as_deref(), Some("default"));
+    let template = &created
+        .spec
+        .volume_claim_templates
+        .as_ref()
+        .expect("templates")[0];
+    assert_eq!(
+        template
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_mode.as_deref()),
+        Some("Filesystem"),
+        "templates are defaulted"
+    );
+
+    let duplicate = api_error(
+        sets.create(&PostParams::default(), &statefulset("web"))
+            .await,
+    );
+    assert_eq!(
+        (duplicate.code, duplicate.reason.as_str()),
+        (409, "AlreadyExists")
+    );
+    assert_eq!(
+        duplicate.message,
+        "statefulsets.apps \"web\" already exists"
+    );
+
+    let mut generated = config_map("", json!({}));
+    generated.metadata.name = None;
+    generated.metadata.generate_name = Some("journal-".into());
+    let made = Api::<ConfigMap>::default_namespaced(api.client())
+        .create(&PostParams::default(), &generated)
+        .await
+        .expect("create");
+    assert!(
+        made.name_any().starts_with("journal-") && made.name_any().len() == "journal-".len() + 5
+    );
+}
+
+#[tokio::test]
+async fn replace_with_a_stale_resource_version_conflicts() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let stale = sets
+        .create(&PostParams::default(), &statefulset("web"))
+        .await
+        .expect("create");
+    let mut fresh = stale.clone();
+    fresh.spec.replicas = Some(3);
+    let replaced = sets
+        .replace("web", &PostParams::default(), &fresh)
+        .await
+        .expect("replace at the current version");
+    assert_ne!(replaced.resource_version(), stale.resource_version());
+
+    let mut late = stale;
+    late.spec.replicas = Some(5);
+    let conflict = api_error(sets.replace("web", &PostParams::default(), &late).await);
+    assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
+    assert!(
+        conflict
+            .message
+            .starts_with("Operation cannot be fulfilled on statefulsets.apps \"web\"")
+    );
+    assert_eq!(
+        api.get::<StatefulSet>("default", "web")
+            .and_then(|s| s.spec.replicas),
+        Some(3)
+    );
+}
+
+#[tokio::test]
+async fn merge_and_json_patches_apply_with_preconditions() {
+    let api = FakeApiServer::start().await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(api.client());
+    let created = maps
+        .create(&PostParams::default(), &config_map("cm", json!({"a": "1"})))
+        .await
+        .expect("create");
+
+    let merge = json!({"metadata": {"labels": {"b": "2", "a": null}}, "data": {"extra": "x"}});
+    let merged = maps
+        .patch("cm", &PatchParams::default(), &Patch::Merge(&merge))
+        .await
+        .expect("merge patch");
+    assert_eq!(merged.labels().get("b").map(String::as_str), Some("2"));
+    assert!(!merged.labels().contains_key("a"));
+    assert_eq!(
+        merged
+            .data
+            .as_ref()
+            .and_then(|d| d.get("extra"))
+            .map(String::as_str),
+        Some("x")
+    );
+
+    let ops: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/data/k", "value": "v"},
+        {"op": "add", "path": "/metadata/annotations", "value": {"note": "json"}},
+    ]))
+    .expect("valid patch");
+    let patched = maps
+        .patch("cm", &PatchParams::default(), &Patch::Json::<()>(ops))
+        .await
+        .expect("json patch");
+    assert_eq!(
+        patched.annotations().get("note").map(String::as_str),
+        Some("json")
+    );
+
+    let failing: json_patch::Patch =
+        serde_json::from_value(json!([{"op": "test", "path": "/data/k", "value": "other"}]))
+            .expect("valid patch");
+    let failed = api_error(
+        maps.patch("cm", &PatchParams::default(), &Patch::Json::<()>(failing))
+            .await,
+    );
+    assert_eq!(failed.code, 422);
+
+    let stale =
+        json!({"metadata": {"resourceVersion": created.resource_version()}, "data": {"k": "late"}});
+    let conflict = api_error(
+        maps.patch("cm", &PatchParams::default(), &Patch::Merge(&stale))
+            .await,
+    );
+    assert_eq!(conflict.code, 409);
+    let current =
+        json!({"metadata": {"resourceVersion": patched.resource_version()}, "data": {"k": "now"}});
+    maps.patch("cm", &PatchParams::default(), &Patch::Merge(&current))
+        .await
+        .expect("precondition holds");
+
+    let apply = api_error(
+        maps.patch("cm", &PatchParams::apply("test"), &Patch::Apply(&merge))
+            .await,
+    );
+    assert_eq!(apply.code, 415, "server-side apply is not implemented");
+}
+
+#[tokio::test]
+async fn status_subresource_is_isolated_and_generation_counts_spec_changes() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    sets.create(&PostParams::default(), &statefulset("web"))
+        .await
+        .expect("create");
+
+    let status_write =
+        json!({"spec": {"replicas": 9}, "status": {"replicas": 2, "readyReplicas": 2}});
+    let after_status = sets
+        .patch_status("web", &PatchParams::default(), &Patch::Merge(&status_write))
+        .await
+        .expect("status");
+    assert_eq!(
+        after_status.status.as_ref().and_then(|s| s.ready_replicas),
+        Some(2)
+    );
+    assert_eq!(
+        after_status.spec.replicas,
+        Some(2),
+        "a status write leaves spec alone"
+    );
+    assert_eq!(after_status.metadata.generation, Some(1));
+
+    let main_write = json!({"spec": {"replicas": 3}, "status": {"readyReplicas": 0}});
+    let after_main = sets
+        .patch("web", &PatchParams::default(), &Patch::Merge(&main_write))
+        .await
+        .expect("patch");
+    assert_eq!(
+        after_main.status.as_ref().and_then(|s| s.ready_replicas),
+        Some(2),
+        "a main write leaves status alone"
+    );
+    assert_eq!(after_main.metadata.generation, Some(2));
+
+    let label_only = json!({"metadata": {"labels": {"x": "y"}}});
+    let after_label = sets
+        .patch("web", &PatchParams::default(), &Patch::Merge(&label_only))
+        .await
+        .expect("patch");
+    assert_eq!(
+        after_label.metadata.generation,
+        Some(2),
+        "metadata changes do not bump generation"
+    );
+
+    let unchanged = sets
+        .patch("web", &PatchParams::default(), &Patch::Merge(&label_only))
+        .await
+        .expect("no-op patch");
+    assert_eq!(
+        unchanged.resource_version(),
+        after_label.resource_version(),
+        "a no-op write is not stored"
+    );
+}
+
+#[tokio::test]
+async fn immutable_fields_are_rejected_like_the_real_registries() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    sets.create(&PostParams::default(), &statefulset("web"))
+        .await
+        .expect("create");
+    let grow = json!({"spec": {"volumeClaimTemplates": [{
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}},
+    }]}});
+    let denied = api_error(
+        sets.patch("web", &PatchParams::default(), &Patch::Merge(&grow))
+            .await,
+    );
+    assert_eq!((denied.code, denied.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        denied.message,
+        format!(
+            "StatefulSet.apps \"web\" is invalid: spec: Forbidden: {STATEFULSET_SPEC_FORBIDDEN}"
+        )
+    );
+
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(api.client());
+    claims
+        .create(&PostParams::default(), &pvc("pending", "1Gi"))
+        .await
+        .expect("create");
+    let resize = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+    let unbound = api_error(
+        claims
+            .patch("pending", &PatchParams::default(), &Patch::Merge(&resize))
+            .await,
+    );
+    assert_eq!(
+        unbound.message,
+        format!(
+            "PersistentVolumeClaim \"pending\" is invalid: spec: Forbidden: {PVC_SPEC_FORBIDDEN}"
+        )
+    );
+    let class = json!({"spec": {"storageClassName": "gold"}});
+    claims
+        .patch("pending", &PatchParams::default(), &Patch::Merge(&class))
+        .await
+        .expect("a class may be set once");
+    let other_class = json!({"spec": {"storageClassName": "silver"}});
+    assert_eq!(
+        api_error(
+            claims
+                .patch(
+                    "pending",
+                    &PatchParams::default(),
+                    &Patch::Merge(&other_class)
+                )
+                .await
+        )
+        .code,
+        422
+    );
+
+    api.configure(|c| c.retroactive_default_class_allowed = false);
+    claims
+        .create(&PostParams::default(), &pvc("old-cluster", "1Gi"))
+        .await
+        .expect("create");
+    let denied = api_error(
+        claims
+            .patch(
+                "old-cluster",
+                &PatchParams::default(),
+                &Patch::Merge(&class),
+            )
+            .await,
+    );
+    assert!(
+        denied
+            .message
+            .contains("spec: Forbidden: spec is immutable after creation"),
+        "{}",
+        denied.message
+    );
+}
+
+#[tokio::test]
+async fn delete_preconditions_protect_the_object() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let created = sets
+        .create(&PostParams::default(), &statefulset("web"))
+        .await
+        .expect("create");
+
+    let wrong_uid = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some("00000000-0000-0000-0000-000000000000".into()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let conflict = api_error(sets.delete("web", &wrong_uid).await);
+    assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
+    assert!(
+        conflict
+            .message
+            .contains("Precondition failed: UID in precondition"),
+        "{}",
+        conflict.message
+    );
+    assert!(
+        api.get::<StatefulSet>("default", "web").is_some(),
+        "the object is kept"
+    );
+
+    let stale_version = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: None,
+            resource_version: Some("1".into()),
+        }),
+        ..DeleteParams::default()
+    };
+    assert_eq!(
+        api_error(sets.delete("web", &stale_version).await).code,
+        409
+    );
+
+    let right = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: created.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    sets.delete("web", &right).await.expect("delete");
+    assert!(api.get::<StatefulSet>("default", "web").is_none());
+    assert_eq!(api_error(sets.get("web").await).code, 404);
+}
+
+/// A pod owned by `owner_uid` (and by a second, unrelated owner when `extra` is set).
+fn owned_pod(name: &str, owner_uid: &str, extra: bool) -> Value {
+    let mut owners = vec![
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": owner_uid, "controller": true}),
+    ];
+    if extra {
+        owners.push(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "other-uid"}),
+        );
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "ownerReferences": owners},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+    })
+}
+
+#[tokio::test]
+async fn orphan_delete_strips_owner_references_and_keeps_dependents() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let set = sets
+        .create(&PostParams::default(), &statefulset("web"))
+        .await
+        .expect("create");
+    let uid = set.uid().expect("uid");
+    api.put_object(owned_pod("web-0", &uid, false));
+    api.put_object(owned_pod("web-1", &uid, true));
+
+    let orphan = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.clone()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    sets.delete("web", &orphan).await.expect("orphan delete");
+
+    assert!(api.get::<StatefulSet>("default", "web").is_none());
+    let pods = api.list::<Pod>();
+    assert_eq!(pods.len(), 2, "dependents are kept");
+    assert!(pods[0].metadata.owner_references.is_none());
+    let remaining: Vec<String> = pods[1]
+        .owner_references()
+        .iter()
+        .map(|r| r.uid.clone())
+        .collect();
+    assert_eq!(
+        remaining,
+        ["other-uid"],
+        "only references to the deleted owner go"
+    );
+    let deletes: Vec<_> = api
+        .writes()
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .collect();
+    assert_eq!(deletes.len(), 1);
+    assert_eq!(deletes[0].propagation_policy().as_deref(), Some("Orphan"));
+}
+
+#[tokio::test]
+async fn lagged_orphan_delete_shows_the_deletion_in_progress() {
+    let api = FakeApiServer::start_with(FakeApiConfig {
+        orphan_deletion_lag: Duration::from_millis(300),
+        ..FakeApiConfig::default()
+    })
+    .await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let set = sets
+        .create(&PostParams::default(), &statefulset("web"))
+        .await
+        .expect("create");
+    api.put_object(owned_pod("web-0", &set.uid().expect("uid"), false));
+
+    let orphan = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        ..DeleteParams::default()
+    };
+    sets.delete("web", &orphan).await.expect("orphan delete");
+    let pending = api
+        .get::<StatefulSet>("default", "web")
+        .expect("still present");
+    assert!(pending.metadata.deletion_timestamp.is_some());
+    assert_eq!(pending.finalizers(), ["orphan"]);
+
+    api.wait_for(|s| s.get::<StatefulSet>("default", "web").is_none(), WAIT)
+        .await
+        .expect("deleted after the lag");
+    assert!(
+        api.get::<Pod>("default", "web-0")
+            .expect("pod kept")
+            .metadata
+            .owner_references
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn dry_run_create_validates_but_stores_nothing() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let before = api.resource_version();
+    let mut changes = api.subscribe();
+    let answer = sets
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &statefulset("probe"),
+        )
+        .await
+        .expect("dry run");
+    assert_eq!(answer.name_any(), "probe");
+    assert!(api.get::<StatefulSet>("default", "probe").is_none());
+    assert_eq!(api.resource_version(), before);
+    assert!(changes.try_recv().is_err(), "no change is published");
+    assert!(api.requests().last().is_some_and(|r| r.is_dry_run()));
+
+    sets.create(&PostParams::default(), &statefulset("probe"))
+        .await
+        .expect("create");
+    let change = changes.try_recv().expect("a real create is published");
+    assert_eq!(
+        (change.kind, change.resource_version),
+        (ChangeKind::Added, before + 1)
+    );
+}
+
+#[tokio::test]
+async fn gate_knob_drops_max_unavailable() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let max_unavailable = |s: &StatefulSet| {
+        s.spec
+            .update_strategy
+            .as_ref()?
+            .rolling_update
+            .as_ref()?
+            .max_unavailable
+            .clone()
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+
+    let kept = sets
+        .create(&dry_run, &statefulset("probe"))
+        .await
+        .expect("dry run");
+    assert!(
+        max_unavailable(&kept).is_some(),
+        "gate on: the field survives"
+    );
+
+    api.configure(|c| c.drop_statefulset_max_unavailable = true);
+    let dropped = sets
+        .create(&dry_run, &statefulset("probe"))
+        .await
+        .expect("dry run");
+    assert!(
+        max_unavailable(&dropped).is_none(),
+        "gate off: the field is dropped"
+    );
+    let stored = sets
+        .create(&PostParams::default(), &statefulset("web"))
+        .await
+        .expect("create");
+    assert!(max_unavailable(&stored).is_none());
+}
+
+#[tokio::test]
+async fn a_gone_resource_version_makes_the_watcher_relist() {
+    let api = FakeApiServer::start().await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(api.client());
+    claims
+        .create(&PostParams::default(), &pvc("data-web-0", "1Gi"))
+        .await
+        .expect("create");
+    let reader = claim_reflector(api.client());
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .expect("synced in time")
+        .expect("writer alive");
+
+    // Hold the watcher off while the history it would resume from is compacted away.
+    api.fail_next("GET", "watch=true", 500, usize::MAX);
+    api.disconnect_watches();
+    api.put_object(
+        serde_json::to_value(pvc("data-web-1", "1Gi"))
+            .map(|mut v| {
+                v["apiVersion"] = json!("v1");
+                v["kind"] = json!("PersistentVolumeClaim");
+                v
+            })
+            .expect("serializes"),
+    );
+    api.compact_history();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    api.clear_faults();
+
+    eventually("the reflector to relist", || {
+        names(&reader) == ["data-web-0", "data-web-1"]
+    })
+    .await;
+    let requests = api.requests();
+    assert!(
+        requests.iter().any(|r| r.is_watch() && r.code == 500),
+        "the fault held the watcher off"
+    );
+    let lists = requests
+        .iter()
+        .filter(|r| {
+            r.method == "GET" && !r.is_watch() && r.path.ends_with("persistentvolumeclaims")
+        })
+        .count();
+    assert_eq!(lists, 2, "one initial list and one relist after 410 Gone");
+}
+
+#[tokio::test]
+async fn raw_watch_streams_events_bookmarks_and_ends_on_timeout() {
+    let api = FakeApiServer::start_with(FakeApiConfig {
+        bookmark_interval: Duration::from_millis(100),
+        ..FakeApiConfig::default()
+    })
+    .await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(api.client());
+    let first = maps
+        .create(
+            &PostParams::default(),
+            &config_map("a", json!({"app": "web"})),
+        )
+        .await
+        .expect("create");
+
+    let params = WatchParams {
+        bookmarks: true,
+        ..WatchParams::default()
+    }
+    .labels("app=web")
+    .timeout(1);
+    let stream = maps
+        .watch(&params, &first.resource_version().expect("rv"))
+        .await
+        .expect("watch");
+    let writer = {
+        let maps = maps.clone();
+        async move {
+            maps.create(
+                &PostParams::default(),
+                &config_map("b", json!({"app": "web"})),
+            )
+            .await
+            .expect("create");
+            maps.create(
+                &PostParams::default(),
+                &config_map("c", json!({"app": "db"})),
+            )
+            .await
+            .expect("create");
+            let relabel = json!({"metadata": {"labels": {"app": "db"}}});
+            maps.patch("b", &PatchParams::default(), &Patch::Merge(&relabel))
+                .await
+                .expect("patch");
+        }
+    };
+    let (events, ()) = tokio::join!(
+        tokio::time::timeout(WAIT, stream.try_collect::<Vec<_>>()),
+        writer
+    );
+    let events = events
+        .expect("the stream ends at timeoutSeconds")
+        .expect("no stream error");
+    let seen: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            WatchEvent::Added(m) => Some(format!("ADDED {}", m.name_any())),
+            WatchEvent::Modified(m) => Some(format!("MODIFIED {}", m.name_any())),
+            WatchEvent::Deleted(m) => Some(format!("DELETED {}", m.name_any())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        ["ADDED b", "DELETED b"],
+        "leaving the selection reads as a delete"
+    );
+    assert!(events.iter().any(|e| matches!(e, WatchEvent::Bookmark(_))));
+}
+
+#[tokio::test]
+async fn request_log_and_injected_failures() {
+    let api = FakeApiServer::start().await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(api.client());
+    maps.create(&PostParams::default(), &config_map("cm", json!({})))
+        .await
+        .expect("create");
+    api.clear_requests();
+
+    api.fail_next("patch", "/configmaps/cm", 500, 1);
+    let change = json!({"data": {"k": "w"}});
+    let failed = api_error(
+        maps.patch("cm", &PatchParams::default(), &Patch::Merge(&change))
+            .await,
+    );
+    assert_eq!(
+        (failed.code, failed.reason.as_str()),
+        (500, "InternalError")
+    );
+    maps.patch("cm", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .expect("the fault is used up");
+    maps.get("cm").await.expect("get");
+
+    let writes = api.writes();
+    let summary: Vec<(String, u16)> = writes.iter().map(|r| (r.method.clone(), r.code)).collect();
+    assert_eq!(
+        summary,
+        [("PATCH".to_owned(), 500), ("PATCH".to_owned(), 200)]
+    );
+    assert_eq!(writes[1].path, "/api/v1/namespaces/default/configmaps/cm");
+    assert_eq!(
+        writes[1].content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    assert_eq!(writes[1].body, Some(change));
+    assert_eq!(api.requests().len(), 3, "reads are logged too");
+}
+
+#[tokio::test]
+async fn recorder_publishes_events_k8s_io_events() {
+    let api = FakeApiServer::start().await;
+    let recorder = Recorder::new(
+        api.client(),
+        Reporter {
+            controller: "stateful-admission".into(),
+            instance: None,
+        },
+    );
+    let regarding = ObjectReference {
+        api_version: Some("apps/v1".into()),
+        kind: Some("StatefulSet".into()),
+        name: Some("web".into()),
+        namespace: Some("default".into()),
+        uid: Some("set-uid".into()),
+        ..ObjectReference::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "ClaimIncompatible".into(),
+        note: Some("delete the claim and its pod to re-create it".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &regarding).await.expect("create");
+    recorder
+        .publish(&event, &regarding)
+        .await
+        .expect("series update");
+
+    let events: Api<EventV1> = Api::default_namespaced(api.client());
+    let listed = events
+        .list(&ListParams::default().fields("regarding.name=web"))
+        .await
+        .expect("list");
+    assert_eq!(listed.items.len(), 1);
+    let stored = &listed.items[0];
+    assert_eq!(stored.reason.as_deref(), Some("ClaimIncompatible"));
+    assert_eq!(stored.series.as_ref().map(|s| s.count), Some(2));
+    assert!(
+        api.list_objects(&resources::CORE_EVENTS).is_empty(),
+        "core/v1 events are a separate collection here"
+    );
+}
+
+#[tokio::test]
+async fn lease_replace_with_a_stale_version_conflicts() {
+    let api = FakeApiServer::start().await;
+    let leases: Api<Lease> = Api::default_namespaced(api.client());
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "stateful-admission"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15},
+    }))
+    .expect("valid lease");
+    let created = leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("create");
+    assert_eq!(
+        api_error(leases.create(&PostParams::default(), &lease).await).code,
+        409
+    );
+
+    let mut taken = created.clone();
+    taken.spec.as_mut().expect("spec").holder_identity = Some("b".into());
+    leases
+        .replace("stateful-admission", &PostParams::default(), &taken)
+        .await
+        .expect("take over");
+
+    let mut late = created;
+    late.spec.as_mut().expect("spec").holder_identity = Some("c".into());
+    let conflict = api_error(
+        leases
+            .replace("stateful-admission", &PostParams::default(), &late)
+            .await,
+    );
+    assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
+    let holder = api
+        .get::<Lease>("default", "stateful-admission")
+        .and_then(|l| l.spec?.holder_identity);
+    assert_eq!(holder.as_deref(), Some("b"));
+}
+
+#[tokio::test]
+async fn streams_end_when_the_server_shuts_down() {
+    let api = FakeApiServer::start().await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(api.client());
+    let stream = maps
+        .watch(&WatchParams::default(), "0")
+        .await
+        .expect("watch");
+    api.shutdown();
+    let events = tokio::time::timeout(WAIT, stream.try_collect::<Vec<_>>())
+        .await
+        .expect("the stream ends");
+    assert!(events.is_ok_and(|e| e.is_empty()));
+}
+
+#[tokio::test]
+async fn cluster_scoped_resources_live_outside_namespaces() {
+    let api = FakeApiServer::start().await;
+    let namespaces: Api<Namespace> = Api::all(api.client());
+    let default = namespaces.get("default").await.expect("built-in namespace");
+    assert_eq!(
+        default.status.and_then(|s| s.phase).as_deref(),
+        Some("Active")
+    );
+    let created = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "apps"}})).expect("valid"),
+        )
+        .await
+        .expect("create");
+    assert_eq!(created.namespace(), None);
+    assert!(
+        namespaces
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .any(|n| n.name_any() == "apps")
+    );
+
+    let classes: Api<StorageClass> = Api::all(api.client());
+    let class: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": "gold", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "example.com/csi",
+        "allowVolumeExpansion": true,
+    }))
+    .expect("valid class");
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create");
+    assert_eq!(
+        api.get::<StorageClass>("", "gold")
+            .and_then(|c| c.allow_volume_expansion),
+        Some(true)
+    );
+    classes
+        .delete("gold", &DeleteParams::default())
+        .await
+        .expect("delete");
+    assert!(api.list_objects(&resources::STORAGE_CLASSES).is_empty());
+}
+
+#[tokio::test]
+async fn streaming_list_watchers_sync_too() {
+    let api = FakeApiServer::start().await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(api.client());
+    maps.create(&PostParams::default(), &config_map("before", json!({})))
+        .await
+        .expect("create");
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(maps.clone(), watcher::Config::default().streaming_lists()),
+    );
+    tokio::spawn(
+        stream
+            .default_backoff()
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .expect("synced in time")
+        .expect("writer alive");
+    maps.create(&PostParams::default(), &config_map("after", json!({})))
+        .await
+        .expect("create");
+    eventually("the streaming watcher to see both", || {
+        reader.state().len() == 2
+    })
+    .await;
+    assert!(
+        api.requests()
+            .iter()
+            .all(|r| !(r.method == "GET" && !r.is_watch() && r.path.ends_with("configmaps"))),
+        "no list request"
+    );
+}

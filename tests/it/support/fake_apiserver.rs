@@ -1,0 +1,437 @@
+//! An in-process fake Kubernetes API server for integration tests.
+//!
+//! It speaks the real wire protocol over HTTP on 127.0.0.1 so that kube's `Client`,
+//! `Api` and the runtime's watchers and reflectors run unmodified against it, for the
+//! resources the project touches: statefulsets (apps/v1); persistentvolumeclaims, pods,
+//! namespaces, configmaps and events (core v1); events (events.k8s.io/v1); storageclasses
+//! (storage.k8s.io/v1); leases (coordination.k8s.io/v1).
+//!
+//! Fidelity, by design:
+//! - objects are raw JSON (unknown fields survive); one global resourceVersion; create sets
+//!   uid, creationTimestamp, generation (statefulsets) and the registry's initial status;
+//! - list and watch with label and field selectors, bookmarks, `timeoutSeconds`,
+//!   `sendInitialEvents`, and a 410 Gone ERROR event for a resourceVersion older than the
+//!   retained history (capped at [`FakeApiConfig::watch_history_limit`]); `limit` and
+//!   `continue` are ignored: a list is always one complete page;
+//! - replace and patch (JSON patch, merge patch; strategic merge patch is applied as a
+//!   merge patch, so lists are replaced rather than merged by key) with optimistic
+//!   concurrency on `metadata.resourceVersion`; **server-side apply is not implemented and
+//!   answers 415 Unsupported Media Type**;
+//! - `/status` subresources for statefulsets, claims and pods, isolated both ways;
+//! - the StatefulSet and PVC update validation and the defaulting our rules meet;
+//! - delete with uid/resourceVersion preconditions and the garbage collector's orphaning;
+//!   other propagation policies are only recorded: dependents are never deleted;
+//! - `dryRun=All` validates and answers without storing.
+//!
+//! Not modelled: authentication, admission webhooks, namespace lifecycle (objects may be
+//! created in namespaces that do not exist; deleting a namespace deletes nothing else),
+//! pod graceful termination (pods go at once, as unscheduled pods do), the shared storage
+//! of core/v1 and events.k8s.io/v1 Events (they are two separate collections here),
+//! managedFields, and quantity canonicalisation.
+
+mod errors;
+mod http;
+mod registry;
+mod request_log;
+pub mod resources;
+mod selectors;
+mod store;
+mod validation;
+mod watch;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch as signal};
+
+pub use request_log::RecordedRequest;
+pub use resources::ResourceType;
+pub use store::{ChangeKind, StoreChange, StoreView};
+pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
+
+use request_log::{Fault, RequestLog};
+use store::{Store, meta_str, metadata_mut, namespace_and_name, typed};
+
+/// Behaviour switches; all may also be changed while the server runs
+/// ([`FakeApiServer::configure`]).
+#[derive(Debug, Clone)]
+pub struct FakeApiConfig {
+    /// Whether a claim's `spec.storageClassName` may go from unset to a value (Kubernetes
+    /// 1.25+, KEP-3333). When false the update is rejected as older apiservers did.
+    pub retroactive_default_class_allowed: bool,
+    /// Act like an apiserver with the `MaxUnavailableStatefulSet` gate off: silently drop
+    /// `spec.updateStrategy.rollingUpdate.maxUnavailable` on every StatefulSet write
+    /// (unless the stored object already uses it, as the registry does).
+    pub drop_statefulset_max_unavailable: bool,
+    /// How long an orphan delete keeps the object present, with `deletionTimestamp` and
+    /// the `orphan` finalizer, before the dependents are orphaned and the object goes;
+    /// zero (the default) finishes the delete within the request.
+    pub orphan_deletion_lag: Duration,
+    /// How often watches that allow bookmarks get one.
+    pub bookmark_interval: Duration,
+    /// How many changes are kept for watches to resume from.
+    pub watch_history_limit: usize,
+    /// How many requests the request log keeps (oldest dropped first).
+    pub request_log_limit: usize,
+}
+
+impl Default for FakeApiConfig {
+    fn default() -> Self {
+        Self {
+            retroactive_default_class_allowed: true,
+            drop_statefulset_max_unavailable: false,
+            orphan_deletion_lag: Duration::ZERO,
+            bookmark_interval: Duration::from_secs(1),
+            watch_history_limit: 10_000,
+            request_log_limit: 100_000,
+        }
+    }
+}
+
+/// State shared by the HTTP handlers, watch tasks and the test handle.
+struct Shared {
+    store: Mutex<Store>,
+    config: Mutex<FakeApiConfig>,
+    log: Mutex<RequestLog>,
+    faults: Mutex<Vec<Fault>>,
+    /// Becomes true on shutdown; every stream ends.
+    shutdown: signal::Sender<bool>,
+    /// Bumped to end every open watch (clients reconnect).
+    disconnect: signal::Sender<u64>,
+}
+
+/// A test must not be wedged by a panic in another test thread holding a lock.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.store)
+    }
+
+    fn config(&self) -> FakeApiConfig {
+        lock(&self.config).clone()
+    }
+
+    fn log(&self) -> MutexGuard<'_, RequestLog> {
+        lock(&self.log)
+    }
+
+    fn faults(&self) -> MutexGuard<'_, Vec<Fault>> {
+        lock(&self.faults)
+    }
+}
+
+/// Shuts the server down when the last handle goes.
+struct Lifetime(Arc<Shared>);
+
+impl Drop for Lifetime {
+    fn drop(&mut self) {
+        self.0.shutdown.send_replace(true);
+    }
+}
+
+/// A running fake API server. Clones share the server; it stops when the last clone is
+/// dropped (or on [`FakeApiServer::shutdown`]), ending every watch stream.
+#[derive(Clone)]
+pub struct FakeApiServer {
+    shared: Arc<Shared>,
+    url: String,
+    _lifetime: Arc<Lifetime>,
+}
+
+/// [`FakeApiServer::wait_for`] gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitTimeout(pub Duration);
+
+impl std::fmt::Display for WaitTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the fake API server's store did not reach the expected state within {:?}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for WaitTimeout {}
+
+/// Namespaces every cluster has.
+const BUILTIN_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+impl FakeApiServer {
+    /// Starts a server with the default configuration on an ephemeral port.
+    pub async fn start() -> Self {
+        Self::start_with(FakeApiConfig::default()).await
+    }
+
+    /// Starts a server on an ephemeral port of 127.0.0.1.
+    ///
+    /// # Panics
+    /// If no loopback port can be bound.
+    pub async fn start_with(config: FakeApiConfig) -> Self {
+        let seed = jiff::Timestamp::now().as_nanosecond().unsigned_abs() as u64;
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::new(config.watch_history_limit, seed)),
+            log: Mutex::new(RequestLog::new(config.request_log_limit)),
+            config: Mutex::new(config),
+            faults: Mutex::new(Vec::new()),
+            shutdown: signal::channel(false).0,
+            disconnect: signal::channel(0).0,
+        });
+        let server = Self {
+            shared: Arc::clone(&shared),
+            url: String::new(),
+            _lifetime: Arc::new(Lifetime(Arc::clone(&shared))),
+        };
+        for name in BUILTIN_NAMESPACES {
+            server.put_object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "status": {"phase": "Active"}}));
+        }
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let address = listener
+            .local_addr()
+            .expect("local address of the listener");
+        let mut shutdown = shared.shutdown.subscribe();
+        let app = http::router(Arc::clone(&shared));
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = shutdown.wait_for(|down| *down).await;
+            };
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(stopped)
+                .await;
+        });
+        Self {
+            url: format!("http://{address}"),
+            ..server
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A kube client for this server, with default namespace `default`.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn client(&self) -> kube::Client {
+        let uri = self.url.parse().expect("the server URL is a valid URI");
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        kube::Client::try_from(config).expect("a kube client for the fake API server")
+    }
+
+    /// Changes behaviour switches; takes effect for the next request.
+    pub fn configure(&self, change: impl FnOnce(&mut FakeApiConfig)) {
+        change(&mut lock(&self.shared.config));
+    }
+
+    /// Stops the server now: every watch stream ends and no new connection is accepted.
+    pub fn shutdown(&self) {
+        self.shared.shutdown.send_replace(true);
+    }
+
+    // --- store hooks: act as another controller would, without the HTTP layer ---
+
+    /// Creates or replaces an object directly, bypassing validation, preconditions and
+    /// status isolation (e.g. a kubelet marking a pod Ready, the StatefulSet controller
+    /// rewriting status, a claim becoming Bound). Like everything an apiserver stores, the
+    /// object is defaulted; uid and creationTimestamp are assigned when missing (kept from
+    /// the stored object on replace). Bumps the resourceVersion and notifies watches.
+    /// Returns the stored object.
+    ///
+    /// # Panics
+    /// If the object's `apiVersion`/`kind` is not served, or it has no `metadata.name`.
+    pub fn put_object(&self, mut object: Value) -> Value {
+        let resource = registry::resource_of(&object).unwrap_or_else(|| {
+            panic!(
+                "put_object: unsupported apiVersion/kind in {}",
+                object.get("kind").unwrap_or(&Value::Null)
+            )
+        });
+        let (namespace, name) = namespace_and_name(&object);
+        assert!(!name.is_empty(), "put_object: metadata.name is required");
+        let config = self.shared.config();
+        let mut store = self.shared.store();
+        let existing = store.get(resource, &namespace, &name).cloned();
+        registry::apply_defaults(&config, resource, existing.as_ref(), &mut object);
+        if resource.namespaced && namespace.is_empty() {
+            metadata_mut(&mut object).insert("namespace".into(), json!("default"));
+        }
+        let uid = match existing.as_ref().and_then(|e| meta_str(e, "uid")) {
+            Some(uid) => uid.to_owned(),
+            None => store.new_uid(),
+        };
+        let created = existing
+            .as_ref()
+            .and_then(|e| e.pointer("/metadata/creationTimestamp").cloned())
+            .unwrap_or_else(|| json!(registry::now_rfc3339()));
+        let meta = metadata_mut(&mut object);
+        meta.entry("uid").or_insert(json!(uid));
+        meta.entry("creationTimestamp").or_insert(created);
+        if resource.tracks_generation {
+            let generation = existing
+                .as_ref()
+                .and_then(|e| e.pointer("/metadata/generation").cloned())
+                .unwrap_or(json!(1));
+            meta.entry("generation").or_insert(generation);
+        }
+        store.commit_upsert(resource, object)
+    }
+
+    /// Typed [`put_object`](Self::put_object).
+    pub fn put<K: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned>(
+        &self,
+        object: &K,
+    ) -> K {
+        let mut value = serde_json::to_value(object).expect("a k8s-openapi object serializes");
+        value["apiVersion"] = json!(K::api_version(&()));
+        value["kind"] = json!(K::kind(&()));
+        typed(self.put_object(value))
+    }
+
+    /// Removes an object directly (no finalizers, no preconditions), notifying watches.
+    pub fn remove_object(
+        &self,
+        resource: &'static ResourceType,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Value> {
+        self.shared.store().commit_delete(resource, namespace, name)
+    }
+
+    /// Typed [`remove_object`](Self::remove_object).
+    pub fn remove<K: kube::Resource<DynamicType = ()> + DeserializeOwned>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<K> {
+        self.remove_object(ResourceType::of::<K>(), namespace, name)
+            .map(typed)
+    }
+
+    /// An object as stored; `namespace` is `""` for cluster-scoped types.
+    pub fn get_object(
+        &self,
+        resource: &ResourceType,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Value> {
+        self.shared.store().get(resource, namespace, name).cloned()
+    }
+
+    /// Typed [`get_object`](Self::get_object).
+    pub fn get<K: kube::Resource<DynamicType = ()> + DeserializeOwned>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<K> {
+        self.get_object(ResourceType::of::<K>(), namespace, name)
+            .map(typed)
+    }
+
+    /// Every stored object of a type, across namespaces, in namespace/name order.
+    pub fn list_objects(&self, resource: &ResourceType) -> Vec<Value> {
+        self.shared.store().list(resource, None).cloned().collect()
+    }
+
+    /// Typed [`list_objects`](Self::list_objects).
+    pub fn list<K: kube::Resource<DynamicType = ()> + DeserializeOwned>(&self) -> Vec<K> {
+        self.list_objects(ResourceType::of::<K>())
+            .into_iter()
+            .map(typed)
+            .collect()
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store().revision()
+    }
+
+    /// Every change committed from now on (through the API or the hooks).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoreChange>> {
+        self.shared.store().subscribe()
+    }
+
+    /// Waits until `predicate` holds for the store, re-checking after every change.
+    pub async fn wait_for(
+        &self,
+        mut predicate: impl FnMut(&StoreView<'_>) -> bool,
+        timeout: Duration,
+    ) -> Result<(), WaitTimeout> {
+        let mut revisions = self.shared.store().watch_revision();
+        let check = async {
+            loop {
+                if predicate(&StoreView(&self.shared.store())) {
+                    return;
+                }
+                if revisions.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, check)
+            .await
+            .map_err(|_| WaitTimeout(timeout))
+    }
+
+    /// Forgets the watch history: a watch resuming from any earlier resourceVersion gets
+    /// 410 Gone and its client must relist.
+    pub fn compact_history(&self) {
+        self.shared.store().compact();
+    }
+
+    /// Ends every open watch stream, as an apiserver restart or a load balancer would;
+    /// clients resume from their last resourceVersion.
+    pub fn disconnect_watches(&self) {
+        self.shared.disconnect.send_modify(|epoch| *epoch += 1);
+    }
+
+    // --- request log and fault injection ---
+
+    /// Every request so far (up to [`FakeApiConfig::request_log_limit`]), oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.log().snapshot()
+    }
+
+    /// Only the requests that could change state: everything but GET (so neither reads
+    /// nor watches).
+    pub fn writes(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(RecordedRequest::is_write)
+            .collect()
+    }
+
+    /// Empties the request log, e.g. once the system under test has settled.
+    pub fn clear_requests(&self) {
+        self.shared.log().clear();
+    }
+
+    /// Makes the next `times` requests with this method (case-insensitive) whose path and
+    /// query contain `path_substring` fail with `status_code` and a matching Status.
+    /// kube's client retries 429, 503 and 504 by itself; use another code to see the
+    /// failure reach the caller.
+    pub fn fail_next(&self, method: &str, path_substring: &str, status_code: u16, times: usize) {
+        self.shared.faults().push(Fault {
+            method: method.to_owned(),
+            path_substring: path_substring.to_owned(),
+            code: status_code,
+            remaining: times,
+        });
+    }
+
+    /// Drops every pending injected failure.
+    pub fn clear_faults(&self) {
+        self.shared.faults().clear();
+    }
+}

@@ -1,0 +1,283 @@
+//! Failures as the real apiserver reports them: a `metav1.Status` body with the HTTP code,
+//! reason and message kube's client parses into `kube::Error::Api`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::resources::ResourceType;
+
+/// An API failure, rendered as a `Status` object.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    pub fn not_found(resource: &ResourceType, name: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", resource.qualified_resource()),
+        )
+        .with_details(json!({"name": name, "group": resource.group, "kind": resource.plural}))
+    }
+
+    /// A URL that names no served resource.
+    pub fn unknown_path() -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    }
+
+    pub fn method_not_allowed(method: &str) -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource ({method})"),
+        )
+    }
+
+    pub fn already_exists(resource: &ResourceType, name: &str) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!(
+                "{} \"{name}\" already exists",
+                resource.qualified_resource()
+            ),
+        )
+        .with_details(json!({"name": name, "group": resource.group, "kind": resource.plural}))
+    }
+
+    /// An optimistic-concurrency failure on a stale `metadata.resourceVersion`.
+    pub fn conflict(resource: &ResourceType, name: &str) -> Self {
+        Self::conflict_because(
+            resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    pub fn conflict_because(resource: &ResourceType, name: &str, why: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                resource.qualified_resource()
+            ),
+        )
+        .with_details(json!({"name": name, "group": resource.group, "kind": resource.plural}))
+    }
+
+    /// A failed delete or update precondition (`preconditions.uid`, `.resourceVersion`).
+    pub fn precondition_failed(
+        resource: &ResourceType,
+        name: &str,
+        what: &str,
+        wanted: &str,
+        actual: &str,
+    ) -> Self {
+        Self::conflict_because(
+            resource,
+            name,
+            &format!(
+                "Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {actual}"
+            ),
+        )
+    }
+
+    /// A 422 listing field errors in the apiserver's `<path>: <Type>: <detail>` style.
+    pub fn invalid(resource: &ResourceType, name: &str, errors: &[FieldError]) -> Self {
+        let rendered: Vec<String> = errors.iter().map(FieldError::to_string).collect();
+        let summary = match rendered.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let causes: Vec<Value> = errors
+            .iter()
+            .map(|e| json!({"reason": e.kind.cause_reason(), "message": e.body(), "field": e.path}))
+            .collect();
+        Self::new(
+            422,
+            "Invalid",
+            format!(
+                "{} \"{name}\" is invalid: {summary}",
+                resource.qualified_kind()
+            ),
+        )
+        .with_details(
+            json!({"name": name, "group": resource.group, "kind": resource.kind, "causes": causes}),
+        )
+    }
+
+    /// A JSON patch that does not apply (a failed `test`, a missing path).
+    pub fn unprocessable_patch(message: impl Into<String>) -> Self {
+        Self::new(422, "Invalid", message)
+    }
+
+    /// A history too short to resume a watch from: the client must relist.
+    pub fn gone(requested: u64, oldest: u64) -> Self {
+        Self::new(
+            410,
+            "Expired",
+            format!("too old resource version: {requested} ({oldest})"),
+        )
+    }
+
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format ({content_type}) - accepted media types include: \
+                 application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+            ),
+        )
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+
+    /// The failure `fail_next` injects: the code with the reason the apiserver pairs it with.
+    pub fn injected(code: u16) -> Self {
+        let reason = match code {
+            400 => "BadRequest",
+            401 => "Unauthorized",
+            403 => "Forbidden",
+            404 => "NotFound",
+            409 => "Conflict",
+            410 => "Expired",
+            422 => "Invalid",
+            429 => "TooManyRequests",
+            503 => "ServiceUnavailable",
+            504 => "Timeout",
+            _ => "InternalError",
+        };
+        Self::new(code, reason, format!("injected failure ({code} {reason})"))
+    }
+
+    /// The `metav1.Status` object.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(details) = &self.details {
+            status["details"] = details.clone();
+        }
+        status
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (code, axum::Json(self.to_status())).into_response()
+    }
+}
+
+/// One field error of a 422 Invalid, as `k8s.io/apimachinery/pkg/util/validation/field` renders it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub path: String,
+    pub kind: FieldErrorKind,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldErrorKind {
+    Forbidden,
+    Required,
+    /// Carries the offending value as the message quotes it.
+    Invalid(String),
+}
+
+impl FieldErrorKind {
+    fn cause_reason(&self) -> &'static str {
+        match self {
+            Self::Forbidden => "FieldValueForbidden",
+            Self::Required => "FieldValueRequired",
+            Self::Invalid(_) => "FieldValueInvalid",
+        }
+    }
+}
+
+impl FieldError {
+    pub fn forbidden(path: &str, detail: &str) -> Self {
+        Self {
+            path: path.to_owned(),
+            kind: FieldErrorKind::Forbidden,
+            detail: detail.to_owned(),
+        }
+    }
+
+    pub fn required(path: &str, detail: &str) -> Self {
+        Self {
+            path: path.to_owned(),
+            kind: FieldErrorKind::Required,
+            detail: detail.to_owned(),
+        }
+    }
+
+    pub fn invalid(path: &str, value: &str, detail: &str) -> Self {
+        Self {
+            path: path.to_owned(),
+            kind: FieldErrorKind::Invalid(value.to_owned()),
+            detail: detail.to_owned(),
+        }
+    }
+
+    /// The part after `<path>: `.
+    fn body(&self) -> String {
+        match &self.kind {
+            FieldErrorKind::Forbidden => format!("Forbidden: {}", self.detail),
+            FieldErrorKind::Required => format!("Required value: {}", self.detail),
+            FieldErrorKind::Invalid(value) => format!("Invalid value: {value:?}: {}", self.detail),
+        }
+    }
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.body())
+    }
+}

@@ -1,0 +1,364 @@
+//! HTTP front: the apiserver's URL layout on axum routes, a middleware that logs every
+//! request and injects failures, and the handler that maps verbs onto the registry.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes, to_bytes};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::Shared;
+use super::errors::ApiError;
+use super::registry::{self, DeleteOptions, PatchKind, Target, Update};
+use super::request_log::{RecordedRequest, take_fault};
+use super::resources::ResourceType;
+use super::selectors::Selection;
+use super::store::meta_str;
+use super::watch::{self, WatchRequest};
+
+/// The apiserver's default request body limit.
+const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    let resource = any(serve_resource);
+    Router::new()
+        .route("/api/{version}/{plural}", resource.clone())
+        .route("/api/{version}/{plural}/{name}", resource.clone())
+        .route(
+            "/api/{version}/{plural}/{name}/{subresource}",
+            resource.clone(),
+        )
+        .route(
+            "/api/{version}/namespaces/{namespace}/{plural}",
+            resource.clone(),
+        )
+        .route(
+            "/api/{version}/namespaces/{namespace}/{plural}/{name}",
+            resource.clone(),
+        )
+        .route(
+            "/api/{version}/namespaces/{namespace}/{plural}/{name}/{subresource}",
+            resource.clone(),
+        )
+        .route("/apis/{group}/{version}/{plural}", resource.clone())
+        .route("/apis/{group}/{version}/{plural}/{name}", resource.clone())
+        .route(
+            "/apis/{group}/{version}/{plural}/{name}/{subresource}",
+            resource.clone(),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{namespace}/{plural}",
+            resource.clone(),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}",
+            resource.clone(),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/{subresource}",
+            resource,
+        )
+        // `/api/v1/namespaces/{name}` has the shape of a namespaced collection; route it to
+        // the namespace itself.
+        .route("/api/{version}/namespaces/{name}", any(serve_namespace))
+        .fallback(|| async { ApiError::unknown_path() })
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            log_and_inject,
+        ))
+        .with_state(shared)
+}
+
+/// Records each request with its response code, and answers with an injected failure
+/// when one matches.
+async fn log_and_inject(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = to_bytes(body, MAX_BODY_BYTES).await else {
+        return ApiError::too_large(MAX_BODY_BYTES).into_response();
+    };
+    let path = parts.uri.path().to_owned();
+    let query = parts.uri.query().unwrap_or("").to_owned();
+    let mut entry = RecordedRequest {
+        method: parts.method.to_string(),
+        path,
+        query,
+        content_type: parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        body: (!bytes.is_empty()).then(|| {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        }),
+        code: 0,
+    };
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    let injected = take_fault(&mut shared.faults(), parts.method.as_str(), &path_and_query);
+    let response = match injected {
+        Some(code) => ApiError::injected(code).into_response(),
+        None => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+    };
+    entry.code = response.status().as_u16();
+    shared.log().push(entry);
+    response
+}
+
+/// Query parameters the fake server reads; others are accepted and ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Params {
+    watch: Option<String>,
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+    resource_version: Option<String>,
+    allow_watch_bookmarks: Option<String>,
+    send_initial_events: Option<String>,
+    timeout_seconds: Option<String>,
+    dry_run: Option<String>,
+    propagation_policy: Option<String>,
+}
+
+fn flag(value: Option<&String>) -> bool {
+    matches!(value.map(String::as_str), Some("true" | "1"))
+}
+
+/// Where a request points, from the route's path parameters.
+struct Address {
+    resource: &'static ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    target: Target,
+}
+
+impl Address {
+    fn resolve(mut params: HashMap<String, String>) -> Result<Self, ApiError> {
+        let group = params.remove("group").unwrap_or_default();
+        let version = params.remove("version").unwrap_or_default();
+        let plural = params.remove("plural").unwrap_or_default();
+        let resource =
+            ResourceType::find(&group, &version, &plural).ok_or_else(ApiError::unknown_path)?;
+        let namespace = params.remove("namespace");
+        if namespace.is_some() && !resource.namespaced {
+            return Err(ApiError::unknown_path());
+        }
+        let target = match params.remove("subresource").as_deref() {
+            None => Target::Main,
+            Some("status") if resource.status_subresource => Target::Status,
+            Some(_) => return Err(ApiError::unknown_path()),
+        };
+        let name = params.remove("name");
+        if name.is_some() && resource.namespaced && namespace.is_none() {
+            return Err(ApiError::unknown_path());
+        }
+        Ok(Self {
+            resource,
+            namespace,
+            name,
+            target,
+        })
+    }
+}
+
+async fn serve_namespace(
+    state: State<Arc<Shared>>,
+    method: Method,
+    Path(mut params): Path<HashMap<String, String>>,
+    query: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    params.insert("plural".into(), "namespaces".into());
+    serve_resource(state, method, Path(params), query, headers, body).await
+}
+
+async fn serve_resource(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    Path(params): Path<HashMap<String, String>>,
+    query: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let result = match query {
+        Ok(Query(params_q)) => match Address::resolve(params) {
+            Ok(address) => dispatch(&shared, &method, &address, &params_q, &headers, &body),
+            Err(e) => Err(e),
+        },
+        Err(rejection) => Err(ApiError::bad_request(rejection.body_text())),
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+fn dispatch(
+    shared: &Arc<Shared>,
+    method: &Method,
+    address: &Address,
+    params: &Params,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let resource = address.resource;
+    let dry_run = params.dry_run.as_deref() == Some("All");
+    let namespace = address.namespace.as_deref().unwrap_or("");
+    match (method, address.name.as_deref()) {
+        (&Method::GET, None) if flag(params.watch.as_ref()) => {
+            let request = WatchRequest {
+                resource,
+                namespace: address.namespace.clone(),
+                selection: Selection::parse(
+                    params.label_selector.as_deref(),
+                    params.field_selector.as_deref(),
+                    resource,
+                )?,
+                resource_version: params.resource_version.clone(),
+                send_initial_events: flag(params.send_initial_events.as_ref()),
+                bookmarks: flag(params.allow_watch_bookmarks.as_ref()),
+                timeout: params
+                    .timeout_seconds
+                    .as_deref()
+                    .map(|t| t.parse::<u64>().map(Duration::from_secs))
+                    .transpose()
+                    .map_err(|_| {
+                        ApiError::bad_request("timeoutSeconds must be a non-negative integer")
+                    })?,
+            };
+            let body = watch::start(shared, request)?;
+            Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+        }
+        (&Method::GET, None) => {
+            let selection = Selection::parse(
+                params.label_selector.as_deref(),
+                params.field_selector.as_deref(),
+                resource,
+            )?;
+            let store = shared.store();
+            // Items carry no apiVersion/kind in a list, as from the real apiserver.
+            let items: Vec<Value> = store
+                .list(resource, address.namespace.as_deref())
+                .filter(|o| selection.matches(o))
+                .map(|o| {
+                    let mut item = o.clone();
+                    if let Some(map) = item.as_object_mut() {
+                        map.remove("apiVersion");
+                        map.remove("kind");
+                    }
+                    item
+                })
+                .collect();
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "kind": format!("{}List", resource.kind),
+                    "apiVersion": resource.api_version(),
+                    "metadata": {"resourceVersion": store.revision().to_string()},
+                    "items": items,
+                }),
+            ))
+        }
+        (&Method::GET, Some(name)) => {
+            let store = shared.store();
+            let object = store
+                .get(resource, namespace, name)
+                .ok_or_else(|| ApiError::not_found(resource, name))?;
+            Ok(json_response(StatusCode::OK, object))
+        }
+        (&Method::POST, None) => {
+            let created = {
+                let config = shared.config();
+                registry::create(
+                    &mut shared.store(),
+                    &config,
+                    resource,
+                    address.namespace.as_deref(),
+                    body,
+                    dry_run,
+                )?
+            };
+            Ok(json_response(StatusCode::CREATED, &created))
+        }
+        (&Method::PUT, Some(name)) => {
+            let update = Update {
+                resource,
+                namespace,
+                name,
+                target: address.target,
+                dry_run,
+            };
+            let config = shared.config();
+            let updated = registry::replace(&mut shared.store(), &config, &update, body)?;
+            Ok(json_response(StatusCode::OK, &updated))
+        }
+        (&Method::PATCH, Some(name)) => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = PatchKind::from_content_type(content_type)?;
+            let update = Update {
+                resource,
+                namespace,
+                name,
+                target: address.target,
+                dry_run,
+            };
+            let config = shared.config();
+            let patched = registry::patch(&mut shared.store(), &config, &update, kind, body)?;
+            Ok(json_response(StatusCode::OK, &patched))
+        }
+        (&Method::DELETE, Some(name)) if address.target == Target::Main => {
+            let options =
+                DeleteOptions::parse(body, params.propagation_policy.as_deref(), dry_run)?;
+            let config = shared.config();
+            let outcome = registry::delete(
+                &mut shared.store(),
+                &config,
+                resource,
+                namespace,
+                name,
+                &options,
+            )?;
+            if let Some(lag) = outcome.deferred {
+                let uid = meta_str(&outcome.object, "uid").unwrap_or("").to_owned();
+                let (shared, namespace, name) =
+                    (Arc::clone(shared), namespace.to_owned(), name.to_owned());
+                tokio::spawn(async move {
+                    tokio::time::sleep(lag).await;
+                    registry::finish_orphan_delete(
+                        &mut shared.store(),
+                        resource,
+                        &namespace,
+                        &name,
+                        &uid,
+                    );
+                });
+            }
+            let code = StatusCode::from_u16(outcome.code).unwrap_or(StatusCode::OK);
+            Ok(json_response(code, &outcome.object))
+        }
+        (method, _) => Err(ApiError::method_not_allowed(method.as_str())),
+    }
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    (code, axum::Json(body)).into_response()
+}

@@ -1,0 +1,646 @@
+//! REST semantics of the generic registry: what create, update, patch and delete do to the
+//! store, mirroring `k8s.io/apiserver/pkg/registry/generic/registry` and the per-type
+//! strategies (status isolation, generation, defaulting, immutable fields).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::FakeApiConfig;
+use super::errors::{ApiError, FieldError};
+use super::resources::{self, ResourceType};
+use super::store::{Store, meta_str, metadata_mut, namespace_and_name, set_meta};
+use super::validation::{self, PvcUpdateRules};
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Main,
+    Status,
+}
+
+/// The patch flavours the fake server understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    Json,
+    Merge,
+    /// Applied as a JSON merge patch: right for maps, but lists are replaced instead of
+    /// merged by their patch merge keys.
+    StrategicAsMerge,
+}
+
+impl PatchKind {
+    /// The patch type for a request's content type. Server-side apply
+    /// (`application/apply-patch+yaml`) is not implemented and gets 415.
+    pub fn from_content_type(content_type: &str) -> Result<Self, ApiError> {
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        match media {
+            "application/json-patch+json" => Ok(Self::Json),
+            "application/merge-patch+json" => Ok(Self::Merge),
+            "application/strategic-merge-patch+json" => Ok(Self::StrategicAsMerge),
+            other => Err(ApiError::unsupported_media_type(other)),
+        }
+    }
+}
+
+/// The parts of `DeleteOptions` the fake server honours.
+#[derive(Debug, Default, Clone)]
+pub struct DeleteOptions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub propagation_policy: Option<String>,
+    pub dry_run: bool,
+}
+
+impl DeleteOptions {
+    /// Reads a `DeleteOptions` body (possibly empty) and the query's `propagationPolicy`
+    /// and `dryRun`, which the apiserver also accepts.
+    pub fn parse(
+        body: &[u8],
+        query_policy: Option<&str>,
+        query_dry_run: bool,
+    ) -> Result<Self, ApiError> {
+        let options: Value = if body.iter().all(u8::is_ascii_whitespace) {
+            json!({})
+        } else {
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+        };
+        let text = |p: &str| {
+            options
+                .pointer(p)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let dry_run = options
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|modes| modes.iter().any(|m| m == "All"));
+        Ok(Self {
+            uid: text("/preconditions/uid"),
+            resource_version: text("/preconditions/resourceVersion"),
+            propagation_policy: text("/propagationPolicy").or(query_policy.map(str::to_owned)),
+            dry_run: dry_run || query_dry_run,
+        })
+    }
+}
+
+/// What a delete did.
+pub struct DeleteOutcome {
+    pub object: Value,
+    /// 200 when the object is gone, 202 when it waits for finalizers.
+    pub code: u16,
+    /// An orphan delete held back by `FakeApiConfig::orphan_deletion_lag`: finish it after
+    /// this long with [`finish_orphan_delete`].
+    pub deferred: Option<Duration>,
+}
+
+/// The finalizer that makes the garbage collector orphan dependents first.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+
+pub fn create(
+    store: &mut Store,
+    config: &FakeApiConfig,
+    resource: &'static ResourceType,
+    namespace: Option<&str>,
+    body: &[u8],
+    dry_run: bool,
+) -> Result<Value, ApiError> {
+    let mut object = parse_object(body)?;
+    check_type(&mut object, resource)?;
+    match (resource.namespaced, namespace) {
+        (true, None) => return Err(ApiError::method_not_allowed("POST")),
+        (true, Some(ns)) => match meta_str(&object, "namespace") {
+            Some(given) if !given.is_empty() && given != ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => set_meta(&mut object, "namespace", json!(ns)),
+        },
+        (false, _) => {
+            metadata_mut(&mut object).remove("namespace");
+        }
+    }
+    if meta_str(&object, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
+        return Err(ApiError::internal(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    let name = match (meta_str(&object, "name"), meta_str(&object, "generateName")) {
+        (Some(name), _) if !name.is_empty() => name.to_owned(),
+        (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{}", store.name_suffix()),
+        _ => {
+            let errors = [FieldError::required(
+                "metadata.name",
+                "name or generateName is required",
+            )];
+            return Err(ApiError::invalid(resource, "", &errors));
+        }
+    };
+    let errors = validation::validate_name(&name);
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(resource, &name, &errors));
+    }
+
+    let uid = store.new_uid();
+    let meta = metadata_mut(&mut object);
+    meta.insert("name".into(), json!(name));
+    for server_owned in [
+        "uid",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "managedFields",
+    ] {
+        meta.remove(server_owned);
+    }
+    meta.insert("uid".into(), json!(uid));
+    meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+    if resource.tracks_generation {
+        meta.insert("generation".into(), json!(1));
+    }
+    if let Some(status) = initial_status(resource) {
+        object["status"] = status;
+    }
+    apply_defaults(config, resource, None, &mut object);
+
+    let (ns, _) = namespace_and_name(&object);
+    if store.get(resource, &ns, &name).is_some() {
+        return Err(ApiError::already_exists(resource, &name));
+    }
+    if dry_run {
+        return Ok(object);
+    }
+    Ok(store.commit_upsert(resource, object))
+}
+
+/// An update (PUT or PATCH) of one existing object.
+#[derive(Debug, Clone, Copy)]
+pub struct Update<'a> {
+    pub resource: &'static ResourceType,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub target: Target,
+    pub dry_run: bool,
+}
+
+impl Update<'_> {
+    fn current(&self, store: &Store) -> Result<Value, ApiError> {
+        store
+            .get(self.resource, self.namespace, self.name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(self.resource, self.name))
+    }
+}
+
+pub fn replace(
+    store: &mut Store,
+    config: &FakeApiConfig,
+    request: &Update<'_>,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let current = request.current(store)?;
+    let new = parse_object(body)?;
+    update(store, config, request, &current, new)
+}
+
+pub fn patch(
+    store: &mut Store,
+    config: &FakeApiConfig,
+    request: &Update<'_>,
+    kind: PatchKind,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let current = request.current(store)?;
+    let patch: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let mut new = current.clone();
+    match kind {
+        PatchKind::Json => {
+            let ops: json_patch::Patch = serde_json::from_value(patch)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            json_patch::patch(&mut new, &ops)
+                .map_err(|e| ApiError::unprocessable_patch(e.to_string()))?;
+        }
+        PatchKind::Merge | PatchKind::StrategicAsMerge => {
+            if !patch.is_object() {
+                return Err(ApiError::bad_request(
+                    "error decoding patch: a merge patch must be a JSON object",
+                ));
+            }
+            json_patch::merge(&mut new, &patch);
+        }
+    }
+    update(store, config, request, &current, new)
+}
+
+/// The shared tail of replace and patch: preconditions, strategy, validation, commit.
+fn update(
+    store: &mut Store,
+    config: &FakeApiConfig,
+    request: &Update<'_>,
+    current: &Value,
+    mut new: Value,
+) -> Result<Value, ApiError> {
+    let resource = request.resource;
+    if !new.is_object() {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    check_type(&mut new, resource)?;
+    let (namespace, name) = namespace_and_name(current);
+    match meta_str(&new, "name") {
+        Some(given) if !given.is_empty() && given != name => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({given}) does not match the name on the URL ({name})"
+            )));
+        }
+        _ => set_meta(&mut new, "name", json!(name)),
+    }
+    if resource.namespaced {
+        match meta_str(&new, "namespace") {
+            Some(given) if !given.is_empty() && given != namespace => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => set_meta(&mut new, "namespace", json!(namespace)),
+        }
+    }
+    let current_rv = meta_str(current, "resourceVersion").unwrap_or("");
+    // A resourceVersion in the body (also one a merge patch sets) is a precondition.
+    if meta_str(&new, "resourceVersion").is_some_and(|rv| !rv.is_empty() && rv != current_rv) {
+        return Err(ApiError::conflict(resource, &name));
+    }
+    let current_uid = meta_str(current, "uid").unwrap_or("");
+    if let Some(uid) = meta_str(&new, "uid").filter(|uid| !uid.is_empty() && *uid != current_uid) {
+        return Err(ApiError::precondition_failed(
+            resource,
+            &name,
+            "UID",
+            uid,
+            current_uid,
+        ));
+    }
+
+    let mut updated = match request.target {
+        // A status write changes `.status` only.
+        Target::Status => {
+            let mut updated = current.clone();
+            match new.get("status") {
+                Some(status) => updated["status"] = status.clone(),
+                None => {
+                    if let Some(map) = updated.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+            updated
+        }
+        Target::Main => {
+            let meta = metadata_mut(&mut new);
+            for server_owned in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ] {
+                match current.get("metadata").and_then(|m| m.get(server_owned)) {
+                    Some(value) => meta.insert(server_owned.into(), value.clone()),
+                    None => meta.remove(server_owned),
+                };
+            }
+            // The main resource ignores `.status` where a status subresource exists.
+            if resource.status_subresource {
+                match current.get("status") {
+                    Some(status) => new["status"] = status.clone(),
+                    None => {
+                        if let Some(map) = new.as_object_mut() {
+                            map.remove("status");
+                        }
+                    }
+                }
+            }
+            apply_defaults(config, resource, Some(current), &mut new);
+            let errors = validate_update(config, resource, current, &new);
+            if !errors.is_empty() {
+                return Err(ApiError::invalid(resource, &name, &errors));
+            }
+            if resource.tracks_generation && current.get("spec") != new.get("spec") {
+                let generation = current
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                set_meta(&mut new, "generation", json!(generation + 1));
+            }
+            new
+        }
+    };
+    set_meta(&mut updated, "resourceVersion", json!(current_rv));
+
+    // An update that changes nothing is not written: no new resourceVersion, no event.
+    if &updated == current || request.dry_run {
+        return Ok(updated);
+    }
+    if is_deleting(&updated) && finalizers(&updated).is_empty() {
+        return Ok(store
+            .commit_delete(resource, &namespace, &name)
+            .unwrap_or(updated));
+    }
+    Ok(store.commit_upsert(resource, updated))
+}
+
+pub fn delete(
+    store: &mut Store,
+    config: &FakeApiConfig,
+    resource: &'static ResourceType,
+    namespace: &str,
+    name: &str,
+    options: &DeleteOptions,
+) -> Result<DeleteOutcome, ApiError> {
+    let current = store
+        .get(resource, namespace, name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(resource, name))?;
+    let current_uid = meta_str(&current, "uid").unwrap_or("");
+    if let Some(uid) = options.uid.as_deref().filter(|u| *u != current_uid) {
+        return Err(ApiError::precondition_failed(
+            resource,
+            name,
+            "UID",
+            uid,
+            current_uid,
+        ));
+    }
+    let current_rv = meta_str(&current, "resourceVersion").unwrap_or("");
+    if let Some(rv) = options
+        .resource_version
+        .as_deref()
+        .filter(|rv| *rv != current_rv)
+    {
+        return Err(ApiError::precondition_failed(
+            resource,
+            name,
+            "ResourceVersion",
+            rv,
+            current_rv,
+        ));
+    }
+    if options.dry_run {
+        return Ok(DeleteOutcome {
+            object: current,
+            code: 200,
+            deferred: None,
+        });
+    }
+
+    let orphan = options.propagation_policy.as_deref() == Some("Orphan");
+    let lag = config.orphan_deletion_lag;
+    if orphan && !lag.is_zero() {
+        // Real orphan deletes are asynchronous: the object stays, marked, until the
+        // garbage collector has orphaned its dependents.
+        let mut marked = current.clone();
+        mark_deleting(&mut marked);
+        let mut list = finalizers(&marked);
+        if !list.iter().any(|f| f == ORPHAN_FINALIZER) {
+            list.push(ORPHAN_FINALIZER.to_owned());
+        }
+        set_meta(&mut marked, "finalizers", json!(list));
+        let object = store.commit_upsert(resource, marked);
+        return Ok(DeleteOutcome {
+            object,
+            code: 202,
+            deferred: Some(lag),
+        });
+    }
+    if orphan {
+        orphan_dependents(store, &current);
+    }
+    if finalizers(&current).is_empty() {
+        let object = store
+            .commit_delete(resource, namespace, name)
+            .unwrap_or(current);
+        return Ok(DeleteOutcome {
+            object,
+            code: 200,
+            deferred: None,
+        });
+    }
+    // Other finalizers hold the object until whoever owns them removes them.
+    if is_deleting(&current) {
+        return Ok(DeleteOutcome {
+            object: current,
+            code: 202,
+            deferred: None,
+        });
+    }
+    let mut marked = current;
+    mark_deleting(&mut marked);
+    let object = store.commit_upsert(resource, marked);
+    Ok(DeleteOutcome {
+        object,
+        code: 202,
+        deferred: None,
+    })
+}
+
+/// Completes a lagged orphan delete, as the garbage collector would: strips the owner's
+/// references from its dependents, removes the `orphan` finalizer and, if no other
+/// finalizer remains, the object. Does nothing if the object was replaced meanwhile.
+pub fn finish_orphan_delete(
+    store: &mut Store,
+    resource: &'static ResourceType,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) {
+    let Some(current) = store.get(resource, namespace, name).cloned() else {
+        return;
+    };
+    if meta_str(&current, "uid") != Some(uid) {
+        return;
+    }
+    orphan_dependents(store, &current);
+    let remaining: Vec<String> = finalizers(&current)
+        .into_iter()
+        .filter(|f| f != ORPHAN_FINALIZER)
+        .collect();
+    if remaining.is_empty() {
+        store.commit_delete(resource, namespace, name);
+    } else {
+        let mut updated = current;
+        set_meta(&mut updated, "finalizers", json!(remaining));
+        store.commit_upsert(resource, updated);
+    }
+}
+
+/// Removes ownerReferences to `owner` from every dependent (in its namespace, or anywhere
+/// for a cluster-scoped owner), as the garbage collector does for `propagationPolicy: Orphan`.
+fn orphan_dependents(store: &mut Store, owner: &Value) {
+    let Some(owner_uid) = meta_str(owner, "uid").map(str::to_owned) else {
+        return;
+    };
+    let (owner_ns, _) = namespace_and_name(owner);
+    let refers_to_owner =
+        |r: &Value| r.get("uid").and_then(Value::as_str) == Some(owner_uid.as_str());
+    let dependents: Vec<Value> = store
+        .all()
+        .filter(|o| owner_ns.is_empty() || namespace_and_name(o).0 == owner_ns)
+        .filter(|o| {
+            o.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| refs.iter().any(refers_to_owner))
+        })
+        .cloned()
+        .collect();
+    for mut dependent in dependents {
+        let Some(resource) = resource_of(&dependent) else {
+            continue;
+        };
+        let meta = metadata_mut(&mut dependent);
+        let kept: Vec<Value> = meta
+            .get("ownerReferences")
+            .and_then(Value::as_array)
+            .map(|refs| {
+                refs.iter()
+                    .filter(|r| !refers_to_owner(r))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        if kept.is_empty() {
+            meta.remove("ownerReferences");
+        } else {
+            meta.insert("ownerReferences".into(), json!(kept));
+        }
+        store.commit_upsert(resource, dependent);
+    }
+}
+
+/// The served type of a stored object.
+pub fn resource_of(object: &Value) -> Option<&'static ResourceType> {
+    let api_version = object.get("apiVersion")?.as_str()?;
+    let kind = object.get("kind")?.as_str()?;
+    ResourceType::for_object_type(api_version, kind)
+}
+
+fn mark_deleting(object: &mut Value) {
+    let meta = metadata_mut(object);
+    if !meta.contains_key("deletionTimestamp") {
+        meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+    }
+}
+
+fn is_deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+fn finalizers(object: &Value) -> Vec<String> {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn parse_object(body: &[u8]) -> Result<Value, ApiError> {
+    let object: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+    })?;
+    if object.is_object() {
+        Ok(object)
+    } else {
+        Err(ApiError::bad_request("the body must be a JSON object"))
+    }
+}
+
+/// Fills in `apiVersion` and `kind`, and rejects a body of another type.
+fn check_type(object: &mut Value, resource: &ResourceType) -> Result<(), ApiError> {
+    let api_version = resource.api_version();
+    for (field, expected) in [
+        ("apiVersion", api_version.as_str()),
+        ("kind", resource.kind),
+    ] {
+        match object.get(field).and_then(Value::as_str) {
+            Some(given) if !given.is_empty() && given != expected => {
+                return Err(ApiError::bad_request(format!(
+                    "the API version in the data ({}) does not match the expected API version ({api_version})",
+                    object
+                        .get("apiVersion")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""),
+                )));
+            }
+            _ => object[field] = json!(expected),
+        }
+    }
+    Ok(())
+}
+
+/// The status a registry sets on create, whatever the client sent.
+fn initial_status(resource: &ResourceType) -> Option<Value> {
+    if std::ptr::eq(resource, &resources::STATEFULSETS) {
+        Some(json!({"replicas": 0, "availableReplicas": 0}))
+    } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
+        || std::ptr::eq(resource, &resources::PODS)
+    {
+        Some(json!({"phase": "Pending"}))
+    } else if std::ptr::eq(resource, &resources::NAMESPACES) {
+        Some(json!({"phase": "Active"}))
+    } else {
+        None
+    }
+}
+
+/// Defaulting, and dropping fields behind disabled feature gates (kept if already in use).
+pub fn apply_defaults(
+    config: &FakeApiConfig,
+    resource: &ResourceType,
+    old: Option<&Value>,
+    object: &mut Value,
+) {
+    if std::ptr::eq(resource, &resources::STATEFULSETS) {
+        validation::default_statefulset(object);
+        if config.drop_statefulset_max_unavailable
+            && !old.is_some_and(validation::uses_max_unavailable)
+        {
+            validation::drop_max_unavailable(object);
+        }
+    } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
+        validation::default_pvc(object);
+    }
+}
+
+fn validate_update(
+    config: &FakeApiConfig,
+    resource: &ResourceType,
+    old: &Value,
+    new: &Value,
+) -> Vec<FieldError> {
+    if std::ptr::eq(resource, &resources::STATEFULSETS) {
+        validation::validate_statefulset_update(old, new)
+    } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
+        let rules = PvcUpdateRules {
+            retroactive_default_class_allowed: config.retroactive_default_class_allowed,
+        };
+        validation::validate_pvc_update(old, new, &rules)
+    } else {
+        Vec::new()
+    }
+}
+
+/// Now in the apiserver's timestamp form: RFC 3339, seconds, UTC.
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}

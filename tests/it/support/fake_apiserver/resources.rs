@@ -1,0 +1,205 @@
+//! The resource types the fake API server serves, with the per-type facts the registry
+//! needs (scope, status subresource, generation tracking, supported field selectors).
+
+/// One served resource type, identified on the wire by group, version and plural.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ResourceType {
+    /// API group; empty for the core group.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+    /// Whether `/status` is a separate subresource, so that writes to the main resource
+    /// keep the stored `.status` (as the real registries do).
+    pub status_subresource: bool,
+    /// Whether `metadata.generation` counts `.spec` changes.
+    pub tracks_generation: bool,
+    /// Field selector labels beyond `metadata.name`/`metadata.namespace`, with the JSON
+    /// pointer each reads; the real apiserver rejects any other label.
+    pub field_labels: &'static [(&'static str, &'static str)],
+}
+
+impl ResourceType {
+    /// `apps/v1`, or `v1` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `statefulsets.apps`, or `persistentvolumeclaims` for the core group: the resource
+    /// as NotFound, AlreadyExists and Conflict messages name it.
+    pub fn qualified_resource(&self) -> String {
+        qualify(self.plural, self.group)
+    }
+
+    /// `StatefulSet.apps`: the kind as Invalid messages name it.
+    pub fn qualified_kind(&self) -> String {
+        qualify(self.kind, self.group)
+    }
+
+    /// Looks a type up by its URL coordinates.
+    pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
+        ALL.iter()
+            .copied()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+    }
+
+    /// Looks a type up by the `apiVersion` and `kind` an object carries.
+    pub fn for_object_type(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
+        ALL.iter()
+            .copied()
+            .find(|r| r.api_version() == api_version && r.kind == kind)
+    }
+
+    /// The served type matching a kube/k8s-openapi resource type.
+    ///
+    /// # Panics
+    /// If the fake server does not serve `K` (a mistake in the test, not in a request).
+    pub fn of<K: kube::Resource<DynamicType = ()>>() -> &'static ResourceType {
+        let (group, version, plural) = (K::group(&()), K::version(&()), K::plural(&()));
+        Self::find(&group, &version, &plural).unwrap_or_else(|| {
+            panic!("the fake API server does not serve {group}/{version} {plural}")
+        })
+    }
+}
+
+fn qualify(name: &str, group: &str) -> String {
+    if group.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name}.{group}")
+    }
+}
+
+pub static STATEFULSETS: ResourceType = ResourceType {
+    group: "apps",
+    version: "v1",
+    plural: "statefulsets",
+    kind: "StatefulSet",
+    namespaced: true,
+    status_subresource: true,
+    tracks_generation: true,
+    field_labels: &[],
+};
+
+pub static PERSISTENT_VOLUME_CLAIMS: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "persistentvolumeclaims",
+    kind: "PersistentVolumeClaim",
+    namespaced: true,
+    status_subresource: true,
+    tracks_generation: false,
+    field_labels: &[],
+};
+
+pub static PODS: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "pods",
+    kind: "Pod",
+    namespaced: true,
+    status_subresource: true,
+    tracks_generation: false,
+    field_labels: &[
+        ("spec.nodeName", "/spec/nodeName"),
+        ("status.phase", "/status/phase"),
+    ],
+};
+
+pub static NAMESPACES: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "namespaces",
+    kind: "Namespace",
+    namespaced: false,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[("status.phase", "/status/phase")],
+};
+
+pub static CONFIG_MAPS: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "configmaps",
+    kind: "ConfigMap",
+    namespaced: true,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[],
+};
+
+pub static CORE_EVENTS: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "events",
+    kind: "Event",
+    namespaced: true,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[
+        ("involvedObject.kind", "/involvedObject/kind"),
+        ("involvedObject.name", "/involvedObject/name"),
+        ("involvedObject.namespace", "/involvedObject/namespace"),
+        ("involvedObject.uid", "/involvedObject/uid"),
+        ("reason", "/reason"),
+        ("type", "/type"),
+    ],
+};
+
+pub static EVENTS: ResourceType = ResourceType {
+    group: "events.k8s.io",
+    version: "v1",
+    plural: "events",
+    kind: "Event",
+    namespaced: true,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[
+        ("regarding.kind", "/regarding/kind"),
+        ("regarding.name", "/regarding/name"),
+        ("regarding.namespace", "/regarding/namespace"),
+        ("regarding.uid", "/regarding/uid"),
+        ("reason", "/reason"),
+        ("type", "/type"),
+    ],
+};
+
+pub static STORAGE_CLASSES: ResourceType = ResourceType {
+    group: "storage.k8s.io",
+    version: "v1",
+    plural: "storageclasses",
+    kind: "StorageClass",
+    namespaced: false,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[],
+};
+
+pub static LEASES: ResourceType = ResourceType {
+    group: "coordination.k8s.io",
+    version: "v1",
+    plural: "leases",
+    kind: "Lease",
+    namespaced: true,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[],
+};
+
+/// Every served type.
+pub static ALL: [&ResourceType; 9] = [
+    &STATEFULSETS,
+    &PERSISTENT_VOLUME_CLAIMS,
+    &PODS,
+    &NAMESPACES,
+    &CONFIG_MAPS,
+    &CORE_EVENTS,
+    &EVENTS,
+    &STORAGE_CLASSES,
+    &LEASES,
+];

@@ -1,0 +1,5 @@
+//! Shared test infrastructure.
+
+// Each test module uses a different part of the fake server's API.
+#[allow(dead_code)]
+pub mod fake_apiserver;
