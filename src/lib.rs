@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod certs;
 pub mod cluster;
+pub mod controller;
 pub mod names;
 pub mod quantity;
 pub mod server;

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use stateful_admission::admission::offline::{self, Phases};
 use stateful_admission::admission::{Context, Phase, Policy};
 use stateful_admission::cluster::{ClusterView, state_file};
+use stateful_admission::controller::{ControllerConfig, Features};
 use stateful_admission::server::{ListenerLimits, ServeConfig, Server, StateSource, TlsSource};
 use stateful_admission::telemetry::{self, LogFormat};
 
@@ -127,7 +128,79 @@ struct ServeArgs {
     )]
     max_connections: usize,
     #[command(flatten)]
+    controller: ControllerArgs,
+    #[command(flatten)]
     log: LogArgs,
+}
+
+#[derive(Args)]
+struct ControllerArgs {
+    /// Run the companion controller inside serve (needs a cluster; off with --state).
+    #[arg(long, env = "STATEFUL_ADMISSION_CONTROLLER", default_value_t = true, action = clap::ArgAction::Set)]
+    controller: bool,
+    /// Namespace of the controller's Lease, journals and probes (its own namespace).
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_CONTROLLER_NAMESPACE",
+        default_value = "default"
+    )]
+    controller_namespace: String,
+    /// This replica's identity in the Lease (default: the HOSTNAME, i.e. the pod name).
+    #[arg(long, env = "STATEFUL_ADMISSION_CONTROLLER_IDENTITY")]
+    controller_identity: Option<String>,
+    /// Name of the Lease that elects the acting replica.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_LEASE_NAME",
+        default_value = "stateful-admission-controller"
+    )]
+    lease_name: String,
+    /// Reconcile every object again at least this often.
+    #[arg(long, env = "STATEFUL_ADMISSION_RESYNC", default_value = "5m", value_parser = parse_duration)]
+    resync: Duration,
+    /// Patch existing claims to desired templates (policy InPlace) and report claim status.
+    #[arg(long, env = "STATEFUL_ADMISSION_CLAIM_ROLLOUT", default_value_t = true, action = clap::ArgAction::Set)]
+    claim_rollout: bool,
+    /// Re-create a StatefulSet with its desired templates (journaled orphan delete, create).
+    #[arg(long, env = "STATEFUL_ADMISSION_CONVERGE", default_value_t = true, action = clap::ArgAction::Set)]
+    converge: bool,
+    /// Give classless, unbound claims the default StorageClass once one exists.
+    #[arg(long, env = "STATEFUL_ADMISSION_RETROACTIVE_DEFAULT_CLASS", default_value_t = true, action = clap::ArgAction::Set)]
+    retroactive_default_class: bool,
+    /// Maintain Available and Progressing conditions on StatefulSets.
+    #[arg(long, env = "STATEFUL_ADMISSION_STATEFULSET_CONDITIONS", default_value_t = true, action = clap::ArgAction::Set)]
+    statefulset_conditions: bool,
+    /// Drive maxUnavailable rolling updates where the apiserver's gate is off.
+    #[arg(long, env = "STATEFUL_ADMISSION_MAX_UNAVAILABLE_DRIVER", default_value_t = true, action = clap::ArgAction::Set)]
+    max_unavailable_driver: bool,
+}
+
+impl ControllerArgs {
+    fn config(&self) -> Option<ControllerConfig> {
+        if !self.controller {
+            return None;
+        }
+        let identity = self
+            .controller_identity
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| format!("stateful-admission-{}", std::process::id()));
+        Some(ControllerConfig {
+            namespace: self.controller_namespace.clone(),
+            identity,
+            lease_name: self.lease_name.clone(),
+            resync: self.resync,
+            features: Features {
+                claim_rollout: self.claim_rollout,
+                converge: self.converge,
+                retroactive_default_class: self.retroactive_default_class,
+                conditions: self.statefulset_conditions,
+                max_unavailable: self.max_unavailable_driver,
+            },
+            ..ControllerConfig::default()
+        })
+    }
 }
 
 #[derive(Args)]
@@ -211,6 +284,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             drain_timeout: args.shutdown_timeout,
             ..ListenerLimits::default()
         },
+        controller: args.controller.config(),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -20,3 +20,11 @@ pub const MAX_VOLUME_SIZE: &str = "stateful-admission.io/max-volume-size";
 pub const DEFAULT_STORAGE_CLASS: &str = "stateful-admission.io/default-storage-class";
 /// Namespace label: `"true"` opts every object in the namespace out.
 pub const IGNORE_LABEL: &str = "stateful-admission.io/ignore";
+
+/// ConfigMap label marking a convergence journal written by the controller.
+pub const JOURNAL_LABEL: &str = "stateful-admission.io/journal";
+/// Label the StatefulSet controller puts on every pod of a set (upstream
+/// `apps.StatefulSetPodNameLabel`); selects the pods the controller watches.
+pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+/// Field manager and event reporter name of the companion controller.
+pub const CONTROLLER_NAME: &str = "stateful-admission";

@@ -155,6 +155,27 @@ pub fn evaluate(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Conte
     }
 }
 
+/// Serialises a review for the wire. The `patch` goes out as a base64 string, the encoding
+/// `admission.k8s.io/v1` documents for a byte field (kube's type would write an array of
+/// numbers).
+pub fn encode_review(
+    mut review: kube::core::admission::AdmissionReview<DynamicObject>,
+) -> serde_json::Result<Vec<u8>> {
+    use base64::Engine as _;
+    let patch = review.response.as_mut().and_then(|r| r.patch.take());
+    let Some(patch) = patch else {
+        return serde_json::to_vec(&review);
+    };
+    let mut value = serde_json::to_value(&review)?;
+    if let Some(response) = value.get_mut("response").and_then(serde_json::Value::as_object_mut) {
+        response.insert(
+            "patch".to_owned(),
+            serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(patch)),
+        );
+    }
+    serde_json::to_vec(&value)
+}
+
 /// Renders a verdict as the AdmissionResponse for `req`; the uid is always the request's.
 pub fn respond(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> AdmissionResponse {
     let mut response = AdmissionResponse::from(req);

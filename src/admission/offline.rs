@@ -73,7 +73,9 @@ pub fn review(raw: &[u8], phases: Phases, ctx: &Context<'_>) -> Result<Outcome, 
     };
     let allowed = verdict.is_allowed();
     let response = respond(&req, verdict).into_review();
-    let review = serde_json::to_value(&response).map_err(|e| BadReview::Decode(e.to_string()))?;
+    let review = super::encode_review(response)
+        .and_then(|bytes| serde_json::from_slice(&bytes))
+        .map_err(|e| BadReview::Decode(e.to_string()))?;
     Ok(Outcome {
         review,
         allowed,

@@ -23,23 +23,35 @@ pub struct SetClaim {
     pub ordinal: u32,
 }
 
-/// Finds the StatefulSet in the view whose template would produce `claim` in `namespace`.
-/// Names are ambiguous (`a-b-c-0` is template `a` of set `b-c`, or template `a-b` of set `c`),
-/// so every split is tried and only a set that really has such a template matches.
-pub fn resolve(view: &ClusterView, namespace: &str, claim: &str) -> Option<SetClaim> {
-    let (prefix, ordinal) = claim.rsplit_once('-')?;
+/// Every `(template, set, ordinal)` that could have produced the claim name `claim`. Names
+/// are ambiguous (`a-b-c-0` is template `a` of set `b-c`, or template `a-b` of set `c`), so
+/// every split is returned; only a set that really has such a template is the owner.
+pub fn candidates(claim: &str) -> Vec<(&str, &str, u32)> {
+    let Some((prefix, ordinal)) = claim.rsplit_once('-') else {
+        return Vec::new();
+    };
     if ordinal.is_empty() || !ordinal.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+        return Vec::new();
     }
     // A leading zero never comes out of the controller's %d formatting.
     if ordinal.len() > 1 && ordinal.starts_with('0') {
-        return None;
+        return Vec::new();
     }
-    let ordinal: u32 = ordinal.parse().ok()?;
+    let Ok(ordinal) = ordinal.parse::<u32>() else {
+        return Vec::new();
+    };
     prefix
         .match_indices('-')
-        .map(|(i, _)| (&prefix[..i], &prefix[i + 1..]))
-        .find_map(|(template, set_name)| {
+        .map(|(i, _)| (&prefix[..i], &prefix[i + 1..], ordinal))
+        .filter(|(t, s, _)| !t.is_empty() && !s.is_empty())
+        .collect()
+}
+
+/// Finds the StatefulSet in the view whose template would produce `claim` in `namespace`.
+pub fn resolve(view: &ClusterView, namespace: &str, claim: &str) -> Option<SetClaim> {
+    candidates(claim)
+        .into_iter()
+        .find_map(|(template, set_name, ordinal)| {
             let set = view.stateful_set(namespace, set_name)?;
             let has_template = set.spec.volume_claim_templates.as_ref().is_some_and(|ts| {
                 ts.iter()

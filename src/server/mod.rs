@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::Policy;
 use crate::cluster::{ClusterView, state_file, watch};
+use crate::controller::{Controller, ControllerConfig};
 pub use listener::ListenerLimits;
 
 /// Where the serving certificate comes from.
@@ -57,6 +58,8 @@ pub struct ServeConfig {
     pub shutdown_delay: Duration,
     pub request_timeout: Duration,
     pub limits: ListenerLimits,
+    /// The companion controller, when enabled (it needs a cluster: never with `--state`).
+    pub controller: Option<ControllerConfig>,
 }
 
 /// Owns the configuration and runs the webhook until `shutdown` resolves.
@@ -74,11 +77,27 @@ impl Server {
         let readiness = Arc::new(probes::Readiness::default());
         let mut registry = Registry::with_prefix("stateful_admission");
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
-        let registry = Arc::new(registry);
         let stop_accepting = CancellationToken::new();
         let stop_background = CancellationToken::new();
+        let stop_controller = CancellationToken::new();
 
-        let view = start_view(&config.state, &readiness, &stop_background).await?;
+        let (view, client) = start_view(&config.state, &readiness, &stop_background).await?;
+        let controller = match (&config.controller, client) {
+            (Some(cc), Some(client)) => {
+                let controller = Controller::new(cc.clone(), &mut registry);
+                Some(tokio::spawn(controller.run(
+                    client,
+                    view.clone(),
+                    stop_controller.clone(),
+                )))
+            }
+            (Some(_), None) => {
+                tracing::info!("controller off: it needs a cluster, and state comes from a file");
+                None
+            }
+            (None, _) => None,
+        };
+        let registry = Arc::new(registry);
 
         let (cert_path, key_path) = match &config.tls {
             TlsSource::Files { cert, key } => (cert.clone(), key.clone()),
@@ -137,10 +156,19 @@ impl Server {
 
         shutdown.await;
         readiness.set_draining();
+        // The controller finishes its current step and hands the Lease over while we drain.
+        stop_controller.cancel();
         tracing::info!(delay = ?config.shutdown_delay, "shutting down: readiness off, draining");
         tokio::time::sleep(config.shutdown_delay).await;
         stop_accepting.cancel();
         serving.await.context("the HTTPS listener failed")?;
+        if let Some(controller) = controller
+            && tokio::time::timeout(config.limits.drain_timeout, controller)
+                .await
+                .is_err()
+        {
+            tracing::warn!("controller did not stop within the drain timeout");
+        }
         stop_background.cancel();
         if let Ok(Err(error)) = probe_server.await {
             tracing::warn!(%error, "probe listener ended with an error");
@@ -154,20 +182,20 @@ async fn start_view(
     source: &StateSource,
     readiness: &Arc<probes::Readiness>,
     stop: &CancellationToken,
-) -> anyhow::Result<ClusterView> {
+) -> anyhow::Result<(ClusterView, Option<kube::Client>)> {
     match source {
         StateSource::File(path) => {
             let objects = state_file::load(path)?;
             let view = ClusterView::from_objects(objects);
             tracing::info!(state = %path.display(), counts = ?view.counts(), "cluster state loaded from file");
             readiness.set_synced();
-            Ok(view)
+            Ok((view, None))
         }
         StateSource::Cluster => {
             let client = kube::Client::try_default()
                 .await
                 .context("no cluster configuration (kubeconfig or in-cluster); use --state FILE to run without a cluster")?;
-            let (view, driver) = watch::from_cluster(client);
+            let (view, driver) = watch::from_cluster(client.clone());
             let stop = stop.clone();
             tokio::spawn(async move {
                 tokio::select! {
@@ -183,7 +211,7 @@ async fn start_view(
                     readiness.set_synced();
                 }
             });
-            Ok(view)
+            Ok((view, Some(client)))
         }
     }
 }

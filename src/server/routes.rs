@@ -177,7 +177,7 @@ async fn handle(phase: Phase, state: &AdmissionState, headers: &HeaderMap, body:
             },
             elapsed.as_secs_f64(),
         );
-        match serde_json::to_vec(&response) {
+        match admission::encode_review(response) {
             Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
             Err(e) => error_response(
                 StatusCode::INTERNAL_SERVER_ERROR,

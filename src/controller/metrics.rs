@@ -1,0 +1,59 @@
+//! Metrics of the controller: shared families, and one group per feature.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::{claims, conditions, default_class, max_unavailable};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub controller: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Debug)]
+pub struct ControllerMetrics {
+    leader: Gauge,
+    reconciles: Family<ReconcileLabels, Counter>,
+    pub claims: claims::Metrics,
+    pub conditions: conditions::Metrics,
+    pub default_class: default_class::Metrics,
+    pub max_unavailable: max_unavailable::Metrics,
+}
+
+impl ControllerMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            leader: Gauge::default(),
+            reconciles: Family::default(),
+            claims: claims::Metrics::register(registry),
+            conditions: conditions::Metrics::register(registry),
+            default_class: default_class::Metrics::register(registry),
+            max_unavailable: max_unavailable::Metrics::register(registry),
+        };
+        registry.register(
+            "controller_leader",
+            "1 while this replica holds the controller Lease",
+            metrics.leader.clone(),
+        );
+        registry.register(
+            "controller_reconciles",
+            "Reconciles, by controller and result",
+            metrics.reconciles.clone(),
+        );
+        metrics
+    }
+
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    pub fn reconciled(&self, controller: &'static str, result: &'static str) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels { controller, result })
+            .inc();
+    }
+}

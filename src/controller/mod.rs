@@ -1,0 +1,157 @@
+//! The companion controller: applies what the webhook recorded and what the proposals ask of
+//! a controller (claim rollout and convergence, retroactive default class, StatefulSet
+//! conditions, maxUnavailable where the gate is off). It runs inside `serve` under a Lease so
+//! that one replica acts. Each feature separates planning (pure: state in, actions out) from
+//! acting (API calls), and makes no write when nothing needs to change.
+
+pub mod claims;
+pub mod conditions;
+pub mod context;
+pub mod default_class;
+pub mod leader;
+pub mod max_unavailable;
+pub mod metrics;
+pub mod sets;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::ClusterView;
+pub use context::{Ctx, Error, SetSnapshot};
+pub use leader::LeaseTiming;
+
+/// Which features run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Features {
+    /// Patch existing claims to the desired templates (policy `InPlace`), report claim status.
+    pub claim_rollout: bool,
+    /// Re-create a set with its desired templates (journaled orphan delete and create).
+    pub converge: bool,
+    /// Give classless, unbound claims the default StorageClass (KEP-3333).
+    pub retroactive_default_class: bool,
+    /// Maintain `Available` and `Progressing` conditions (KEP-2804).
+    pub conditions: bool,
+    /// Drive rolling updates with maxUnavailable where the apiserver's gate is off (KEP-961).
+    pub max_unavailable: bool,
+}
+
+impl Default for Features {
+    fn default() -> Self {
+        Self {
+            claim_rollout: true,
+            converge: true,
+            retroactive_default_class: true,
+            conditions: true,
+            max_unavailable: true,
+        }
+    }
+}
+
+/// Settings of the controller, from the command line.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Namespace of the Lease, the journals and the gate probe (the controller's own).
+    pub namespace: String,
+    /// This replica's name in the Lease (the pod name).
+    pub identity: String,
+    pub lease_name: String,
+    pub timing: LeaseTiming,
+    /// Every object is reconciled again at least this often.
+    pub resync: Duration,
+    pub features: Features,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "default".to_owned(),
+            identity: "stateful-admission".to_owned(),
+            lease_name: "stateful-admission-controller".to_owned(),
+            timing: LeaseTiming::default(),
+            resync: Duration::from_secs(300),
+            features: Features::default(),
+        }
+    }
+}
+
+/// The controller, registered in the metrics registry and ready to run.
+pub struct Controller {
+    config: ControllerConfig,
+    metrics: Arc<metrics::ControllerMetrics>,
+}
+
+impl Controller {
+    pub fn new(config: ControllerConfig, registry: &mut Registry) -> Self {
+        let metrics = Arc::new(metrics::ControllerMetrics::register(registry));
+        Self { config, metrics }
+    }
+
+    /// Campaigns for the Lease and runs the features while leading, until `stop`; then
+    /// finishes in-flight work and releases the Lease.
+    pub async fn run(self, client: Client, view: ClusterView, stop: CancellationToken) {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &self.config.namespace);
+        let mut elector = leader::Elector::new(
+            leases,
+            &self.config.lease_name,
+            &self.config.identity,
+            self.config.timing.clone(),
+        );
+        loop {
+            if !elector.acquire(&stop).await {
+                return;
+            }
+            self.metrics.set_leader(true);
+            let term = stop.child_token();
+            let ctx = Arc::new(Ctx::new(
+                client.clone(),
+                self.config.clone(),
+                view.clone(),
+                self.metrics.clone(),
+            ));
+            let features = tokio::spawn(run_features(ctx, term.clone()));
+            let stopped_while_leading = elector.hold(&stop).await;
+            term.cancel();
+            if let Err(error) = features.await {
+                tracing::error!(%error, "controller features ended abnormally");
+            }
+            self.metrics.set_leader(false);
+            if stopped_while_leading {
+                elector.release().await;
+                return;
+            }
+        }
+    }
+}
+
+/// Runs every enabled feature until `stop`.
+async fn run_features(ctx: Arc<Ctx>, stop: CancellationToken) {
+    let caches = ctx.clone().start_caches(stop.clone());
+    // Acting on half-synced caches could mistake a missing pod for an unavailable one.
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        synced = caches => if !synced { return },
+    }
+    tracing::info!(features = ?ctx.config.features, "controller running");
+    let f = ctx.config.features.clone();
+    let sets = async {
+        if f.claim_rollout || f.converge || f.conditions || f.max_unavailable {
+            sets::run(ctx.clone(), stop.clone()).await;
+        }
+    };
+    let classes = async {
+        if f.retroactive_default_class {
+            default_class::run(ctx.clone(), stop.clone()).await;
+        }
+    };
+    let gate = async {
+        if f.max_unavailable {
+            max_unavailable::run_gate_probe(ctx.clone(), stop.clone()).await;
+        }
+    };
+    tokio::join!(sets, classes, gate);
+}
