@@ -10,6 +10,9 @@ use std::fmt;
 pub enum BadValue {
     Str(String),
     Int(i64),
+    /// Printed bare, as Go prints a value whose pointer implements `fmt.Stringer`
+    /// (`intstr.IntOrString` renders `50%` or `2`), or a `%#v` struct dump.
+    Display(String),
 }
 
 impl fmt::Display for BadValue {
@@ -18,6 +21,7 @@ impl fmt::Display for BadValue {
             // Go's %q; Rust's Debug quoting agrees on every printable ASCII string.
             BadValue::Str(s) => write!(f, "{s:?}"),
             BadValue::Int(i) => write!(f, "{i}"),
+            BadValue::Display(s) => f.write_str(s),
         }
     }
 }

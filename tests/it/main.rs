@@ -5,4 +5,5 @@ mod fake_apiserver_tests;
 mod review_cli;
 mod serve_tls;
 mod server_router;
+mod statefulset_rules;
 mod support;

@@ -1,15 +1,443 @@
 //! StatefulSet rules: volumeClaimTemplate updates (KEP-4650) and maxUnavailable (KEP-961).
+//!
+//! Stock kube-apiserver rejects every change of `spec.volumeClaimTemplates`, and it runs the
+//! mutating webhooks before its own validation; so the template work happens in the mutating
+//! phase: an allowed change is recorded in `stateful-admission.io/desired-volume-claim-templates`
+//! and the old templates are put back. maxUnavailable is checked in both phases, because an
+//! apiserver with the `MaxUnavailableStatefulSet` gate off drops the field between them.
 
+pub mod max_unavailable;
+pub mod recreate;
+pub mod templates;
+
+use std::collections::BTreeMap;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
 use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
+use kube::core::admission::{AdmissionRequest, Operation};
+use serde_json::{Map, Value};
 
-use super::{Context, Phase, Verdict};
+use super::{BadValue, Context, Denial, FieldError, Phase, Policy, Verdict};
+use crate::names;
+use max_unavailable::{ANNOTATION_PATH, IntOrPercent, MAX_UNAVAILABLE_PATH};
+use templates::{Classification, TemplateChange, truncate};
+
+/// Field path of the claim update policy annotation.
+pub const UPDATE_POLICY_PATH: &str =
+    "metadata.annotations[stateful-admission.io/volume-claim-update-policy]";
+/// Longest warning we emit; the apiserver truncates warnings beyond 256 characters.
+const MAX_WARNING: usize = 200;
+
+/// How existing claims follow a recorded template change (KEP-4650 `volumeClaimUpdatePolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimUpdatePolicy {
+    /// Only new or re-created claims use the new template (the default).
+    OnDelete,
+    /// Existing claims are patched in place where possible.
+    InPlace,
+}
+
+/// The claim update policy: a native `spec.volumeClaimUpdatePolicy` (or
+/// `spec.volumeClaimUpdateStrategy.type`) wins over the annotation, which defaults to
+/// `OnDelete`; an annotation with another value is an error.
+pub fn claim_update_policy(
+    spec: &Value,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Result<ClaimUpdatePolicy, FieldError> {
+    let parse = |s: &str| match s {
+        "OnDelete" => Some(ClaimUpdatePolicy::OnDelete),
+        "InPlace" => Some(ClaimUpdatePolicy::InPlace),
+        _ => None,
+    };
+    let native = spec
+        .get("volumeClaimUpdatePolicy")
+        .or_else(|| spec.pointer("/volumeClaimUpdateStrategy/type"))
+        .and_then(Value::as_str)
+        .and_then(parse);
+    if let Some(policy) = native {
+        return Ok(policy);
+    }
+    match annotations.and_then(|a| a.get(names::VOLUME_CLAIM_UPDATE_POLICY)) {
+        None => Ok(ClaimUpdatePolicy::OnDelete),
+        Some(raw) => parse(raw).ok_or_else(|| {
+            FieldError::not_supported(
+                UPDATE_POLICY_PATH,
+                BadValue::Str(truncate(raw, 64)),
+                &["InPlace", "OnDelete"],
+            )
+        }),
+    }
+}
 
 /// Entry point for `apps/v1 statefulsets` CREATE and UPDATE.
-pub fn review(
-    _phase: Phase,
-    _req: &AdmissionRequest<DynamicObject>,
-    _ctx: &Context<'_>,
-) -> Verdict {
-    Verdict::allow()
+pub fn review(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context<'_>) -> Verdict {
+    let Some(object) = req.object.as_ref() else {
+        return Verdict::allow();
+    };
+    let Some(spec) = object.data.get("spec").filter(|s| s.is_object()) else {
+        return Verdict::invalid(vec![FieldError::required("spec", "")]);
+    };
+    let annotations = object.metadata.annotations.as_ref();
+    let (mut errors, warnings, fallback) = review_max_unavailable(spec, annotations, ctx.policy);
+    match phase {
+        // Warnings were given by the mutating phase already; only denials are repeated, for
+        // values another mutating webhook may have set after ours.
+        Phase::Validate => {
+            if errors.is_empty() {
+                Verdict::allow()
+            } else {
+                Verdict::invalid(errors)
+            }
+        }
+        Phase::Mutate => {
+            let mut verdict = Verdict {
+                warnings,
+                ..Verdict::default()
+            };
+            let mut set_annotations = Vec::new();
+            if let Some(value) = fallback {
+                set_annotations.push((names::MAX_UNAVAILABLE, value));
+            }
+            review_templates(
+                req,
+                spec,
+                annotations,
+                ctx,
+                &mut errors,
+                &mut verdict,
+                &mut set_annotations,
+            );
+            if !errors.is_empty() {
+                verdict.patch.clear();
+                verdict.denial = Some(Denial::Invalid(errors));
+                return verdict;
+            }
+            verdict
+                .patch
+                .extend(annotation_ops(annotations.is_some(), set_annotations));
+            verdict
+        }
+    }
+}
+
+/// maxUnavailable and partition as upstream validates them, the KEP's limits (from the
+/// native field, else the fallback annotation), and the annotation value to write.
+///
+/// The fallback (`--max-unavailable-fallback`, on by default) copies a set native
+/// `maxUnavailable` into `stateful-admission.io/max-unavailable`, because an apiserver with the
+/// `MaxUnavailableStatefulSet` gate off drops the field after the mutating webhooks ran and the
+/// user's value would be lost; the companion controller honours the annotation there. The
+/// trade-off: the annotation is a second copy the apiserver cannot see. Where the gate is off
+/// the stored object never holds the native field, so removing `maxUnavailable` from a
+/// manifest cannot be told apart from the apiserver dropping it, and the annotation stays
+/// until it is removed too; GitOps tools diffing with mutation webhooks see an extra
+/// annotation; and where the gate is on it merely duplicates the field (the controller does
+/// nothing there). A native value always overwrites the annotation.
+fn review_max_unavailable(
+    spec: &Value,
+    annotations: Option<&BTreeMap<String, String>>,
+    policy: &Policy,
+) -> (Vec<FieldError>, Vec<String>, Option<String>) {
+    let (mut errors, strategy) = max_unavailable::validate_update_strategy(spec);
+    let mut warnings = Vec::new();
+    let written = annotations.and_then(|a| a.get(names::MAX_UNAVAILABLE));
+    let from_annotation = written.and_then(|raw| match max_unavailable::annotation_value(raw) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            errors.extend(e);
+            None
+        }
+    });
+    if !errors.is_empty() {
+        return (errors, warnings, None);
+    }
+    let source: Option<(IntOrPercent, &str)> = match (&strategy.max_unavailable, from_annotation) {
+        (Some(native), _) => Some((native.clone(), MAX_UNAVAILABLE_PATH)),
+        (None, Some(v)) => Some((v, ANNOTATION_PATH)),
+        (None, None) => None,
+    };
+    if let Some((value, path)) = source.as_ref().filter(|_| strategy.rolling) {
+        match max_unavailable::check_against_replicas(
+            value,
+            spec,
+            strategy.partition,
+            path,
+            policy.strict_max_unavailable,
+        ) {
+            Ok(Some(w)) => warnings.push(truncate(&w, MAX_WARNING)),
+            Ok(None) => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    let mut fallback = None;
+    if policy.max_unavailable_fallback
+        && let Some(native) = &strategy.max_unavailable
+    {
+        let value = native.render();
+        if written != Some(&value) {
+            if let Some(old) = written {
+                warnings.push(truncate(
+                    &format!(
+                        "{}: {old:?} replaced by spec.updateStrategy.rollingUpdate.maxUnavailable ({value})",
+                        names::MAX_UNAVAILABLE
+                    ),
+                    MAX_WARNING,
+                ));
+            }
+            fallback = Some(value);
+        }
+    }
+    (errors, warnings, fallback)
+}
+
+/// KEP-4650 on the templates: CREATE checks a desired annotation and warns about existing
+/// claims; UPDATE classifies the change and records an allowed one.
+fn review_templates(
+    req: &AdmissionRequest<DynamicObject>,
+    spec: &Value,
+    annotations: Option<&BTreeMap<String, String>>,
+    ctx: &Context<'_>,
+    errors: &mut Vec<FieldError>,
+    verdict: &mut Verdict,
+    set_annotations: &mut Vec<(&'static str, String)>,
+) {
+    let policy = match claim_update_policy(spec, annotations) {
+        Ok(p) => p,
+        Err(e) => {
+            errors.push(e);
+            ClaimUpdatePolicy::OnDelete
+        }
+    };
+    let new_templates = match templates::templates_of(spec) {
+        Ok(t) => t,
+        Err(e) => {
+            errors.push(e);
+            return;
+        }
+    };
+    let desired_now = annotations.and_then(|a| a.get(names::DESIRED_VOLUME_CLAIM_TEMPLATES));
+    match req.operation {
+        Operation::Create => {
+            if let Some(raw) = desired_now {
+                errors.extend(templates::check_desired_annotation(raw, new_templates));
+            }
+            let object = req.object.as_ref();
+            let name = object.and_then(|o| o.metadata.name.as_deref());
+            let namespace = req
+                .namespace
+                .as_deref()
+                .or_else(|| object.and_then(|o| o.metadata.namespace.as_deref()));
+            if let (Some(name), Some(namespace)) = (name, namespace) {
+                verdict.warnings.extend(recreate::existing_claim_warnings(
+                    ctx.view,
+                    namespace,
+                    name,
+                    new_templates,
+                ));
+            }
+        }
+        Operation::Update => {
+            let Some(old) = req.old_object.as_ref() else {
+                return;
+            };
+            let old_spec = old.data.get("spec").unwrap_or(&Value::Null);
+            let old_templates = templates::templates_of(old_spec).unwrap_or(&[]);
+            let desired_before = old
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(names::DESIRED_VOLUME_CLAIM_TEMPLATES));
+            match templates::classify_template_change(old_templates, new_templates) {
+                Classification::Unchanged => {
+                    if let Some(raw) = desired_now.filter(|now| Some(*now) != desired_before) {
+                        errors.extend(templates::check_desired_annotation(raw, new_templates));
+                    }
+                }
+                Classification::Allowed(changes) => {
+                    match templates::desired_annotation(new_templates) {
+                        Ok(text) => {
+                            verdict
+                                .patch
+                                .push(PatchOperation::Replace(ReplaceOperation {
+                                    path: PointerBuf::from_tokens(["spec", "volumeClaimTemplates"]),
+                                    value: Value::Array(old_templates.to_vec()),
+                                }));
+                            if desired_now != Some(&text) {
+                                set_annotations.push((names::DESIRED_VOLUME_CLAIM_TEMPLATES, text));
+                            }
+                            verdict.warnings.extend(change_warnings(&changes, policy));
+                        }
+                        Err(e) => errors.push(e),
+                    }
+                }
+                Classification::Denied(e) => errors.extend(e),
+            }
+        }
+        _ => {}
+    }
+}
+
+/// One warning per recorded template (what changed, how it will be applied), and one per
+/// storage decrease.
+pub fn change_warnings(changes: &[TemplateChange], policy: ClaimUpdatePolicy) -> Vec<String> {
+    let how = match policy {
+        ClaimUpdatePolicy::OnDelete => "policy OnDelete: only new or re-created claims use it",
+        ClaimUpdatePolicy::InPlace => "policy InPlace: existing claims are patched in place",
+    };
+    let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "unset".to_owned());
+    let mut warnings = Vec::new();
+    for change in changes {
+        let mut fields = Vec::new();
+        let mut decrease = None;
+        for c in &change.changes {
+            fields.push(match c {
+                templates::Change::Labels => "labels".to_owned(),
+                templates::Change::Annotations => "annotations".to_owned(),
+                templates::Change::Storage {
+                    old,
+                    new,
+                    decrease: d,
+                } => {
+                    if *d {
+                        decrease = Some((show(old), show(new)));
+                    }
+                    format!("storage {} -> {}", show(old), show(new))
+                }
+                templates::Change::VolumeAttributesClass { old, new } => {
+                    format!("volumeAttributesClassName {} -> {}", show(old), show(new))
+                }
+            });
+        }
+        warnings.push(truncate(
+            &format!(
+                "volume claim template {:?} change recorded in {} ({how}): {}",
+                change.name,
+                names::DESIRED_VOLUME_CLAIM_TEMPLATES,
+                fields.join(", ")
+            ),
+            MAX_WARNING,
+        ));
+        if let Some((old, new)) = decrease {
+            warnings.push(truncate(
+                &format!(
+                    "volume claim template {:?}: storage decrease {old} -> {new} only affects new claims; existing claims are never shrunk",
+                    change.name
+                ),
+                MAX_WARNING,
+            ));
+        }
+    }
+    warnings
+}
+
+/// JSON-patch ops setting annotations: one `add` of the whole map when the object has none
+/// (also replacing a null), else one `add` per key (which replaces an existing value).
+fn annotation_ops(map_exists: bool, set: Vec<(&'static str, String)>) -> Vec<PatchOperation> {
+    if set.is_empty() {
+        return Vec::new();
+    }
+    if !map_exists {
+        let map: Map<String, Value> = set
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), Value::String(v)))
+            .collect();
+        return vec![PatchOperation::Add(AddOperation {
+            path: PointerBuf::from_tokens(["metadata", "annotations"]),
+            value: Value::Object(map),
+        })];
+    }
+    set.into_iter()
+        .map(|(k, v)| {
+            PatchOperation::Add(AddOperation {
+                path: PointerBuf::from_tokens(["metadata", "annotations", k]),
+                value: Value::String(v),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_claim_update_policy_comes_from_native_field_then_annotation() {
+        let ann = |v: &str| {
+            let mut m = BTreeMap::new();
+            m.insert(names::VOLUME_CLAIM_UPDATE_POLICY.to_owned(), v.to_owned());
+            m
+        };
+        let empty = json!({});
+        assert_eq!(
+            claim_update_policy(&empty, None),
+            Ok(ClaimUpdatePolicy::OnDelete)
+        );
+        assert_eq!(
+            claim_update_policy(&empty, Some(&ann("InPlace"))),
+            Ok(ClaimUpdatePolicy::InPlace)
+        );
+        assert_eq!(
+            claim_update_policy(
+                &json!({"volumeClaimUpdatePolicy": "OnDelete"}),
+                Some(&ann("InPlace"))
+            ),
+            Ok(ClaimUpdatePolicy::OnDelete)
+        );
+        assert_eq!(
+            claim_update_policy(
+                &json!({"volumeClaimUpdateStrategy": {"type": "InPlace"}}),
+                None
+            ),
+            Ok(ClaimUpdatePolicy::InPlace)
+        );
+        let err = claim_update_policy(&empty, Some(&ann("Sometimes"))).expect_err("invalid");
+        assert_eq!(
+            err.to_string(),
+            r#"metadata.annotations[stateful-admission.io/volume-claim-update-policy]: Unsupported value: "Sometimes": supported values: "InPlace", "OnDelete""#
+        );
+        let err = claim_update_policy(&empty, Some(&ann(&"x".repeat(5000)))).expect_err("invalid");
+        assert!(err.to_string().len() < 200);
+    }
+
+    #[test]
+    fn warnings_name_each_change_and_the_policy() {
+        let changes = [TemplateChange {
+            index: 0,
+            name: "data".into(),
+            changes: vec![
+                templates::Change::Storage {
+                    old: Some("5Gi".into()),
+                    new: Some("1Gi".into()),
+                    decrease: true,
+                },
+                templates::Change::Labels,
+            ],
+        }];
+        let w = change_warnings(&changes, ClaimUpdatePolicy::InPlace);
+        assert_eq!(
+            w,
+            [
+                "volume claim template \"data\" change recorded in stateful-admission.io/desired-volume-claim-templates (policy InPlace: existing claims are patched in place): storage 5Gi -> 1Gi, labels",
+                "volume claim template \"data\": storage decrease 5Gi -> 1Gi only affects new claims; existing claims are never shrunk",
+            ]
+        );
+        assert!(w.iter().all(|w| w.len() <= MAX_WARNING));
+    }
+
+    #[test]
+    fn annotation_ops_create_the_map_when_absent() {
+        let ops = annotation_ops(false, vec![(names::MAX_UNAVAILABLE, "2".into())]);
+        assert_eq!(
+            serde_json::to_value(&ops).expect("json"),
+            json!([{"op": "add", "path": "/metadata/annotations", "value": {"stateful-admission.io/max-unavailable": "2"}}])
+        );
+        let ops = annotation_ops(true, vec![(names::MAX_UNAVAILABLE, "2".into())]);
+        assert_eq!(
+            serde_json::to_value(&ops).expect("json"),
+            json!([{"op": "add", "path": "/metadata/annotations/stateful-admission.io~1max-unavailable", "value": "2"}])
+        );
+        assert!(annotation_ops(true, Vec::new()).is_empty());
+    }
 }

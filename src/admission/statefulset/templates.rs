@@ -1,0 +1,883 @@
+//! KEP-4650: which volumeClaimTemplate edits may be recorded, compared semantically.
+//!
+//! Templates are matched by name. Quantities compare by value (`1Gi` == `1024Mi`), maps
+//! ignore order, and what the apiserver fills in or ignores is not a change: `apiVersion`,
+//! `kind`, `status`, `metadata.creationTimestamp`, `volumeMode` absent vs `Filesystem`, and
+//! null, empty maps and empty lists vs absent (apimachinery's semantic equality treats nil and
+//! empty alike).
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use serde_json::{Map, Value};
+
+use crate::admission::{BadValue, FieldError};
+use crate::quantity::Quantity;
+
+pub const TEMPLATES_PATH: &str = "spec.volumeClaimTemplates";
+/// Field path of the desired-templates annotation, as apimachinery names a map key.
+pub const DESIRED_PATH: &str =
+    "metadata.annotations[stateful-admission.io/desired-volume-claim-templates]";
+/// Largest desired-templates annotation accepted or written: the apiserver's limit for all
+/// annotations of an object together (`TotalAnnotationSizeLimitB`).
+pub const MAX_DESIRED_TEMPLATES_BYTES: usize = 256 * 1024;
+
+const MAY_CHANGE: &str = "only metadata.labels, metadata.annotations, spec.resources.requests.storage and spec.volumeAttributesClassName of a volume claim template may change";
+
+/// One allowed change of one template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Labels,
+    Annotations,
+    /// The storage request as written (`None` when absent); `decrease` by value.
+    Storage {
+        old: Option<String>,
+        new: Option<String>,
+        decrease: bool,
+    },
+    VolumeAttributesClass {
+        old: Option<String>,
+        new: Option<String>,
+    },
+}
+
+/// The allowed changes of the template at `index`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateChange {
+    pub index: usize,
+    pub name: String,
+    pub changes: Vec<Change>,
+}
+
+/// What an update does to the templates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Classification {
+    Unchanged,
+    /// Only allowed fields changed; one entry per changed template, in the set's order.
+    Allowed(Vec<TemplateChange>),
+    /// Field errors, one per offending path.
+    Denied(Vec<FieldError>),
+}
+
+/// A difference that is not allowed, at a path relative to the template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Offence {
+    Forbidden(String),
+    Malformed {
+        path: String,
+        value: String,
+        detail: String,
+    },
+}
+
+/// The template list of a spec: absent or null is empty; anything but a list is an error.
+pub fn templates_of(spec: &Value) -> Result<&[Value], FieldError> {
+    match spec.get("volumeClaimTemplates") {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(items)) => Ok(items),
+        Some(other) => Err(FieldError::invalid(
+            TEMPLATES_PATH,
+            BadValue::Display(json_type(other).to_owned()),
+            "must be a list of PersistentVolumeClaim templates",
+        )),
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+pub fn template_name(t: &Value) -> &str {
+    t.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// Compares the templates of `oldObject` and `object`.
+///
+/// Adding, removing, renaming and reordering templates are all denied: the stored object
+/// keeps the old list, and the desired list must line up with it name by name.
+pub fn classify_template_change(old: &[Value], new: &[Value]) -> Classification {
+    let old_names: Vec<&str> = old.iter().map(template_name).collect();
+    let new_names: Vec<&str> = new.iter().map(template_name).collect();
+    let mut errors = if old_names == new_names {
+        Vec::new()
+    } else {
+        name_errors(&old_names, &new_names)
+    };
+    let mut changed = Vec::new();
+    for (index, (template, name)) in new.iter().zip(&new_names).enumerate() {
+        let Some(before) = old
+            .iter()
+            .zip(&old_names)
+            .find_map(|(t, n)| (n == name).then_some(t))
+        else {
+            continue;
+        };
+        let (changes, offences) = diff_template(before, template);
+        let prefix = format!("{TEMPLATES_PATH}[{index}]");
+        for offence in offences {
+            errors.push(match offence {
+                Offence::Forbidden(path) => FieldError::forbidden(
+                    format!("{prefix}.{path}"),
+                    format!("may not change; {MAY_CHANGE}"),
+                ),
+                Offence::Malformed {
+                    path,
+                    value,
+                    detail,
+                } => FieldError::invalid(format!("{prefix}.{path}"), value, detail),
+            });
+        }
+        if !changes.is_empty() {
+            changed.push(TemplateChange {
+                index,
+                name: (*name).to_owned(),
+                changes,
+            });
+        }
+    }
+    if !errors.is_empty() {
+        Classification::Denied(errors)
+    } else if changed.is_empty() {
+        Classification::Unchanged
+    } else {
+        Classification::Allowed(changed)
+    }
+}
+
+/// Errors for a list whose names differ: renamed in place, added, removed, or reordered.
+fn name_errors(old: &[&str], new: &[&str]) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let mut renamed_from = Vec::new();
+    for (i, name) in new.iter().enumerate() {
+        if old.contains(name) {
+            continue;
+        }
+        match old.get(i) {
+            Some(was) if !new.contains(was) => {
+                renamed_from.push(*was);
+                errors.push(FieldError::forbidden(
+                    format!("{TEMPLATES_PATH}[{i}].metadata.name"),
+                    format!("volume claim template {was:?} may not be renamed to {name:?}; {MAY_CHANGE}"),
+                ));
+            }
+            _ => errors.push(FieldError::forbidden(
+                format!("{TEMPLATES_PATH}[{i}]"),
+                format!("volume claim template {name:?} may not be added to an existing StatefulSet; {MAY_CHANGE}"),
+            )),
+        }
+    }
+    for was in old {
+        if !new.contains(was) && !renamed_from.contains(was) {
+            errors.push(FieldError::forbidden(
+                TEMPLATES_PATH,
+                format!("volume claim template {was:?} may not be removed; {MAY_CHANGE}"),
+            ));
+        }
+    }
+    if errors.is_empty() {
+        // Same names, another order (or duplicates that differ in count).
+        errors.push(FieldError::forbidden(
+            TEMPLATES_PATH,
+            "volume claim templates may not be reordered; keep the order of the existing StatefulSet",
+        ));
+    }
+    errors
+}
+
+/// Drops what the apiserver sets or ignores and every null or empty value, recursively.
+fn clean_template(t: &Value) -> Value {
+    let mut t = clean(t).unwrap_or(Value::Object(Map::new()));
+    if let Value::Object(map) = &mut t {
+        map.remove("apiVersion");
+        map.remove("kind");
+        map.remove("status");
+        if let Some(Value::Object(meta)) = map.get_mut("metadata") {
+            meta.remove("creationTimestamp");
+            if meta.is_empty() {
+                map.remove("metadata");
+            }
+        }
+    }
+    t
+}
+
+fn clean(v: &Value) -> Option<Value> {
+    match v {
+        Value::Null => None,
+        Value::Object(map) => {
+            let out: Map<String, Value> = map
+                .iter()
+                .filter_map(|(k, v)| clean(v).map(|v| (k.clone(), v)))
+                .collect();
+            (!out.is_empty()).then_some(Value::Object(out))
+        }
+        Value::Array(items) => {
+            (!items.is_empty()).then(|| Value::Array(items.iter().filter_map(clean).collect()))
+        }
+        other => Some(other.clone()),
+    }
+}
+
+fn object(v: Option<&Value>) -> Map<String, Value> {
+    match v {
+        Some(Value::Object(m)) => m.clone(),
+        _ => Map::new(),
+    }
+}
+
+fn union<'a>(a: &'a Map<String, Value>, b: &'a Map<String, Value>) -> Vec<&'a String> {
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+fn quantity_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Compares two optional quantities by value. A new value that does not parse is an error; an
+/// old one (never stored by a real apiserver) is compared as written.
+fn quantity_diff(
+    old: Option<&Value>,
+    new: Option<&Value>,
+    path: &str,
+) -> Result<Option<std::cmp::Ordering>, Offence> {
+    let parse_new = new
+        .map(|v| {
+            let text = quantity_text(v).unwrap_or_else(|| v.to_string());
+            Quantity::parse(&text).map_err(|e| Offence::Malformed {
+                path: path.to_owned(),
+                value: text,
+                detail: e.to_string(),
+            })
+        })
+        .transpose()?;
+    let parse_old = old.and_then(|v| quantity_text(v).and_then(|t| Quantity::parse(&t).ok()));
+    match (old, parse_old, parse_new) {
+        (None, _, None) => Ok(None),
+        (Some(_), Some(a), Some(b)) => Ok((a != b).then(|| b.cmp(&a))),
+        (Some(a), None, Some(_)) => Ok((Some(a) != new).then_some(std::cmp::Ordering::Equal)),
+        _ => Ok(Some(std::cmp::Ordering::Equal)),
+    }
+}
+
+/// The allowed changes and the offences between two templates of the same name.
+fn diff_template(old: &Value, new: &Value) -> (Vec<Change>, Vec<Offence>) {
+    let old = clean_template(old);
+    let new = clean_template(new);
+    let mut changes = Vec::new();
+    let mut offences = Vec::new();
+    let (old_top, new_top) = (object(Some(&old)), object(Some(&new)));
+    for key in union(&old_top, &new_top) {
+        match key.as_str() {
+            "metadata" | "spec" => {}
+            _ if old_top.get(key) != new_top.get(key) => {
+                offences.push(Offence::Forbidden(key.clone()));
+            }
+            _ => {}
+        }
+    }
+
+    let (om, nm) = (object(old.get("metadata")), object(new.get("metadata")));
+    for key in union(&om, &nm) {
+        if om.get(key) == nm.get(key) {
+            continue;
+        }
+        match key.as_str() {
+            "labels" => changes.push(Change::Labels),
+            "annotations" => changes.push(Change::Annotations),
+            // Paired by name, so a differing name cannot reach here.
+            _ => offences.push(Offence::Forbidden(format!("metadata.{key}"))),
+        }
+    }
+
+    let (mut os, mut ns) = (object(old.get("spec")), object(new.get("spec")));
+    // core/v1 defaulting: SetDefaults_PersistentVolumeClaimSpec.
+    for spec in [&mut os, &mut ns] {
+        spec.entry("volumeMode")
+            .or_insert_with(|| Value::from("Filesystem"));
+    }
+    for key in union(&os, &ns) {
+        let (a, b) = (os.get(key), ns.get(key));
+        match key.as_str() {
+            "resources" => diff_resources(&object(a), &object(b), &mut changes, &mut offences),
+            _ if a == b => {}
+            "volumeAttributesClassName" => changes.push(Change::VolumeAttributesClass {
+                old: a.and_then(Value::as_str).map(str::to_owned),
+                new: b.and_then(Value::as_str).map(str::to_owned),
+            }),
+            _ => offences.push(Offence::Forbidden(format!("spec.{key}"))),
+        }
+    }
+    (changes, offences)
+}
+
+fn diff_resources(
+    old: &Map<String, Value>,
+    new: &Map<String, Value>,
+    changes: &mut Vec<Change>,
+    offences: &mut Vec<Offence>,
+) {
+    for key in union(old, new) {
+        match key.as_str() {
+            "requests" | "limits" => {
+                let (a, b) = (object(old.get(key)), object(new.get(key)));
+                for name in union(&a, &b) {
+                    let path = format!("spec.resources.{key}[{name}]");
+                    match quantity_diff(a.get(name), b.get(name), &path) {
+                        Err(offence) => offences.push(offence),
+                        Ok(None) => {}
+                        Ok(Some(order)) if key == "requests" && name == "storage" => {
+                            changes.push(Change::Storage {
+                                old: a.get(name).and_then(quantity_text),
+                                new: b.get(name).and_then(quantity_text),
+                                decrease: order == std::cmp::Ordering::Less,
+                            });
+                        }
+                        Ok(Some(_)) => offences.push(Offence::Forbidden(path)),
+                    }
+                }
+            }
+            _ if old.get(key) != new.get(key) => {
+                offences.push(Offence::Forbidden(format!("spec.resources.{key}")));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The value of the desired-templates annotation for `templates`: every template, in the
+/// set's order, cleaned of what the apiserver fills in, as compact JSON with sorted keys, so
+/// that the same templates always give the same string.
+pub fn desired_annotation(templates: &[Value]) -> Result<String, FieldError> {
+    let cleaned: Vec<Value> = templates.iter().map(clean_template).collect();
+    let text = serde_json::to_string(&cleaned).map_err(|e| {
+        FieldError::invalid(
+            TEMPLATES_PATH,
+            BadValue::Display("...".into()),
+            e.to_string(),
+        )
+    })?;
+    if text.len() > MAX_DESIRED_TEMPLATES_BYTES {
+        return Err(FieldError::too_long(
+            DESIRED_PATH,
+            MAX_DESIRED_TEMPLATES_BYTES,
+        ));
+    }
+    // The controller reads it back as claims; a template that is not one must not be stored.
+    if let Err(e) = serde_json::from_str::<Vec<PersistentVolumeClaim>>(&text) {
+        return Err(FieldError::invalid(
+            TEMPLATES_PATH,
+            BadValue::Display("...".into()),
+            format!("is not a list of PersistentVolumeClaim templates: {e}"),
+        ));
+    }
+    Ok(text)
+}
+
+/// Checks a desired-templates annotation the user wrote: bounded, a JSON array of claims with
+/// the live templates' names in the same order, differing from them only where a template may
+/// change.
+pub fn check_desired_annotation(raw: &str, live: &[Value]) -> Vec<FieldError> {
+    if raw.len() > MAX_DESIRED_TEMPLATES_BYTES {
+        return vec![FieldError::too_long(
+            DESIRED_PATH,
+            MAX_DESIRED_TEMPLATES_BYTES,
+        )];
+    }
+    let shown = || BadValue::Str(truncate(raw, 40));
+    let desired: Vec<Value> = match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Array(items)) => items,
+        Ok(_) => {
+            return vec![FieldError::invalid(
+                DESIRED_PATH,
+                shown(),
+                "must be a JSON array of volume claim templates",
+            )];
+        }
+        Err(e) => {
+            return vec![FieldError::invalid(
+                DESIRED_PATH,
+                shown(),
+                format!("must be a JSON array of volume claim templates: {e}"),
+            )];
+        }
+    };
+    if let Err(e) = serde_json::from_str::<Vec<PersistentVolumeClaim>>(raw) {
+        return vec![FieldError::invalid(
+            DESIRED_PATH,
+            shown(),
+            format!("is not a list of PersistentVolumeClaim templates: {e}"),
+        )];
+    }
+    let live_names: Vec<&str> = live.iter().map(template_name).collect();
+    let desired_names: Vec<&str> = desired.iter().map(template_name).collect();
+    if live_names != desired_names {
+        return vec![FieldError::invalid(
+            DESIRED_PATH,
+            shown(),
+            truncate(
+                &format!(
+                    "must name the templates {live_names:?} in this order, not {desired_names:?}"
+                ),
+                180,
+            ),
+        )];
+    }
+    let mut errors = Vec::new();
+    for ((live, desired), name) in live.iter().zip(&desired).zip(&live_names) {
+        for offence in diff_template(live, desired).1 {
+            errors.push(match offence {
+                Offence::Forbidden(path) => FieldError::forbidden(
+                    DESIRED_PATH,
+                    format!(
+                        "template {name:?}: {path} differs from the live template; {MAY_CHANGE}"
+                    ),
+                ),
+                Offence::Malformed {
+                    path,
+                    value,
+                    detail,
+                } => FieldError::invalid(
+                    DESIRED_PATH,
+                    BadValue::Str(truncate(&value, 40)),
+                    format!("template {name:?}: {path}: {detail}"),
+                ),
+            });
+        }
+    }
+    errors
+}
+
+/// At most `max` bytes of `s`, cut on a character boundary, with `...` when cut.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let cut = (0..=max.saturating_sub(3))
+        .rev()
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(0);
+    format!("{}...", &s[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A template as the apiserver hands it over: defaulted, with status and timestamps.
+    fn template(name: &str, storage: &str) -> Value {
+        json!({
+            "kind": "PersistentVolumeClaim", "apiVersion": "v1",
+            "metadata": {"name": name, "creationTimestamp": null},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}},
+                     "volumeMode": "Filesystem"},
+            "status": {"phase": "Pending"}
+        })
+    }
+
+    fn with(mut t: Value, pointer: &str, value: Value) -> Value {
+        let (parent, key) = pointer.rsplit_once('/').expect("pointer");
+        let mut node = &mut t;
+        for part in parent.split('/').skip(1) {
+            node = node
+                .as_object_mut()
+                .expect("object")
+                .entry(part)
+                .or_insert_with(|| json!({}));
+        }
+        node.as_object_mut()
+            .expect("object")
+            .insert(key.to_owned(), value);
+        t
+    }
+
+    fn denied(c: Classification) -> Vec<String> {
+        match c {
+            Classification::Denied(errors) => errors.iter().map(ToString::to_string).collect(),
+            other => panic!("not denied: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn semantic_equality_is_not_a_change() {
+        let base = template("data", "1Gi");
+        let same = [
+            template("data", "1024Mi"),
+            with(template("data", "1Gi"), "/status/phase", json!("Bound")),
+            with(template("data", "1Gi"), "/metadata/labels", json!({})),
+            with(
+                template("data", "1Gi"),
+                "/metadata/annotations",
+                json!(null),
+            ),
+            with(
+                template("data", "1Gi"),
+                "/metadata/creationTimestamp",
+                json!("2026-01-01T00:00:00Z"),
+            ),
+            json!({"metadata": {"name": "data"},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1073741824"}}}}),
+            with(template("data", "1Gi"), "/spec/selector", json!(null)),
+            with(template("data", "1Gi"), "/spec/resources/limits", json!({})),
+        ];
+        for t in same {
+            assert_eq!(
+                classify_template_change(std::slice::from_ref(&base), std::slice::from_ref(&t)),
+                Classification::Unchanged,
+                "{t}"
+            );
+        }
+        let labelled = |l: Value| with(template("data", "1Gi"), "/metadata/labels", l);
+        assert_eq!(
+            classify_template_change(
+                &[labelled(json!({"a": "1", "b": "2"}))],
+                &[labelled(json!({"b": "2", "a": "1"}))]
+            ),
+            Classification::Unchanged
+        );
+    }
+
+    #[test]
+    fn allowed_fields_are_recorded_with_what_changed() {
+        let old = template("data", "1Gi");
+        let cases = [
+            (
+                template("data", "5Gi"),
+                vec![Change::Storage {
+                    old: Some("1Gi".into()),
+                    new: Some("5Gi".into()),
+                    decrease: false,
+                }],
+            ),
+            (
+                template("data", "512Mi"),
+                vec![Change::Storage {
+                    old: Some("1Gi".into()),
+                    new: Some("512Mi".into()),
+                    decrease: true,
+                }],
+            ),
+            (
+                with(
+                    template("data", "1Gi"),
+                    "/metadata/labels",
+                    json!({"helm.sh/chart": "x-2"}),
+                ),
+                vec![Change::Labels],
+            ),
+            (
+                with(
+                    template("data", "1Gi"),
+                    "/metadata/annotations",
+                    json!({"a": "b"}),
+                ),
+                vec![Change::Annotations],
+            ),
+            (
+                with(
+                    template("data", "1Gi"),
+                    "/spec/volumeAttributesClassName",
+                    json!("gold"),
+                ),
+                vec![Change::VolumeAttributesClass {
+                    old: None,
+                    new: Some("gold".into()),
+                }],
+            ),
+        ];
+        for (new, want) in cases {
+            let got =
+                classify_template_change(std::slice::from_ref(&old), std::slice::from_ref(&new));
+            assert_eq!(
+                got,
+                Classification::Allowed(vec![TemplateChange {
+                    index: 0,
+                    name: "data".into(),
+                    changes: want
+                }]),
+                "{new}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_fields_are_denied_one_error_per_path() {
+        let old = template("data", "1Gi");
+        let p = "spec.volumeClaimTemplates[0]";
+        let cases = [
+            (
+                with(old.clone(), "/spec/storageClassName", json!("fast")),
+                "spec.storageClassName",
+            ),
+            (
+                with(old.clone(), "/spec/accessModes", json!(["ReadWriteMany"])),
+                "spec.accessModes",
+            ),
+            (
+                with(old.clone(), "/spec/volumeMode", json!("Block")),
+                "spec.volumeMode",
+            ),
+            (
+                with(
+                    old.clone(),
+                    "/spec/dataSource",
+                    json!({"kind": "VolumeSnapshot", "name": "s"}),
+                ),
+                "spec.dataSource",
+            ),
+            (
+                with(
+                    old.clone(),
+                    "/spec/dataSourceRef",
+                    json!({"kind": "VolumeSnapshot", "name": "s"}),
+                ),
+                "spec.dataSourceRef",
+            ),
+            (
+                with(
+                    old.clone(),
+                    "/spec/selector",
+                    json!({"matchLabels": {"a": "b"}}),
+                ),
+                "spec.selector",
+            ),
+            (
+                with(old.clone(), "/spec/volumeName", json!("pv-1")),
+                "spec.volumeName",
+            ),
+            (
+                with(
+                    old.clone(),
+                    "/spec/resources/limits",
+                    json!({"storage": "2Gi"}),
+                ),
+                "spec.resources.limits[storage]",
+            ),
+            (
+                with(old.clone(), "/spec/resources/requests/cpu", json!("1")),
+                "spec.resources.requests[cpu]",
+            ),
+            (
+                with(old.clone(), "/metadata/finalizers", json!(["x"])),
+                "metadata.finalizers",
+            ),
+        ];
+        for (new, path) in cases {
+            let got = denied(classify_template_change(std::slice::from_ref(&old), &[new]));
+            assert_eq!(
+                got,
+                [format!(
+                    "{p}.{path}: Forbidden: may not change; {MAY_CHANGE}"
+                )]
+            );
+        }
+        // Several at once, allowed ones alongside: only the offending paths are reported.
+        let new = with(
+            with(
+                template("data", "5Gi"),
+                "/spec/storageClassName",
+                json!("fast"),
+            ),
+            "/spec/accessModes",
+            json!(["ReadWriteMany"]),
+        );
+        let got = denied(classify_template_change(&[old], &[new]));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].starts_with(&format!("{p}.spec.accessModes: Forbidden")));
+        assert!(got[1].starts_with(&format!("{p}.spec.storageClassName: Forbidden")));
+    }
+
+    #[test]
+    fn template_list_changes_are_denied() {
+        let (a, b, c) = (
+            template("a", "1Gi"),
+            template("b", "1Gi"),
+            template("c", "1Gi"),
+        );
+        let got = denied(classify_template_change(
+            std::slice::from_ref(&a),
+            &[a.clone(), b.clone()],
+        ));
+        assert_eq!(
+            got,
+            [format!(
+                "spec.volumeClaimTemplates[1]: Forbidden: volume claim template \"b\" may not be added to an existing StatefulSet; {MAY_CHANGE}"
+            )]
+        );
+        let got = denied(classify_template_change(
+            &[a.clone(), b.clone()],
+            std::slice::from_ref(&a),
+        ));
+        assert_eq!(
+            got,
+            [format!(
+                "spec.volumeClaimTemplates: Forbidden: volume claim template \"b\" may not be removed; {MAY_CHANGE}"
+            )]
+        );
+        let got = denied(classify_template_change(
+            &[a.clone(), b.clone()],
+            &[a.clone(), c.clone()],
+        ));
+        assert_eq!(
+            got,
+            [format!(
+                "spec.volumeClaimTemplates[1].metadata.name: Forbidden: volume claim template \"b\" may not be renamed to \"c\"; {MAY_CHANGE}"
+            )]
+        );
+        let got = denied(classify_template_change(
+            &[a.clone(), b.clone()],
+            &[b.clone(), a.clone()],
+        ));
+        assert_eq!(
+            got,
+            [
+                "spec.volumeClaimTemplates: Forbidden: volume claim templates may not be reordered; keep the order of the existing StatefulSet"
+            ]
+        );
+        let got = denied(classify_template_change(&[], std::slice::from_ref(&a)));
+        assert_eq!(got.len(), 1);
+        assert!(got[0].starts_with(
+            "spec.volumeClaimTemplates[0]: Forbidden: volume claim template \"a\" may not be added"
+        ));
+        assert_eq!(
+            classify_template_change(&[], &[]),
+            Classification::Unchanged
+        );
+    }
+
+    #[test]
+    fn malformed_quantities_are_invalid_not_a_crash() {
+        let old = template("data", "1Gi");
+        for bad in ["lots", "1GB", "", "1e", "--1"] {
+            let got = denied(classify_template_change(
+                std::slice::from_ref(&old),
+                &[template("data", bad)],
+            ));
+            assert_eq!(got.len(), 1, "{bad}: {got:?}");
+            assert!(
+                got[0].starts_with(&format!(
+                    "spec.volumeClaimTemplates[0].spec.resources.requests[storage]: Invalid value: {bad:?}: "
+                )),
+                "{got:?}"
+            );
+        }
+        let wrong_type = with(
+            old.clone(),
+            "/spec/resources/requests/storage",
+            json!({"x": 1}),
+        );
+        assert_eq!(
+            denied(classify_template_change(&[old], &[wrong_type])).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn the_desired_annotation_is_compact_sorted_and_parses_as_claims() {
+        let t = with(
+            template("data", "5Gi"),
+            "/metadata/labels",
+            json!({"z": "1", "a": "2"}),
+        );
+        let text = desired_annotation(std::slice::from_ref(&t)).expect("annotation");
+        assert_eq!(
+            text,
+            r#"[{"metadata":{"labels":{"a":"2","z":"1"},"name":"data"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"5Gi"}},"volumeMode":"Filesystem"}}]"#
+        );
+        assert_eq!(desired_annotation(&[t]).expect("again"), text);
+        let mut annotations = std::collections::BTreeMap::new();
+        annotations.insert(
+            crate::names::DESIRED_VOLUME_CLAIM_TEMPLATES.to_owned(),
+            text.clone(),
+        );
+        let parsed = crate::admission::set_claims::desired_templates(Some(&annotations))
+            .expect("present")
+            .expect("parses");
+        assert_eq!(parsed.len(), 1);
+        assert!(check_desired_annotation(&text, &[template("data", "1Gi")]).is_empty());
+        let wrong = with(
+            template("data", "5Gi"),
+            "/spec/accessModes",
+            json!("ReadWriteOnce"),
+        );
+        let err = desired_annotation(&[wrong]).expect_err("not a claim");
+        assert!(
+            err.to_string()
+                .contains("is not a list of PersistentVolumeClaim templates"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn user_written_desired_annotations_are_checked() {
+        let live = [template("data", "1Gi"), template("logs", "1Gi")];
+        let ok =
+            desired_annotation(&[template("data", "9Gi"), template("logs", "2Gi")]).expect("ok");
+        assert!(check_desired_annotation(&ok, &live).is_empty());
+        let p = DESIRED_PATH;
+        let one = |raw: &str| -> String {
+            let errors = check_desired_annotation(raw, &live);
+            assert_eq!(errors.len(), 1, "{raw}: {errors:?}");
+            errors[0].to_string()
+        };
+        assert!(one("not json").starts_with(&format!(
+            "{p}: Invalid value: \"not json\": must be a JSON array of volume claim templates: "
+        )));
+        assert_eq!(
+            one(r#"{"a":1}"#),
+            format!(
+                "{p}: Invalid value: \"{{\\\"a\\\":1}}\": must be a JSON array of volume claim templates"
+            )
+        );
+        assert!(one(r#"[1, 2]"#).contains("is not a list of PersistentVolumeClaim templates"));
+        assert!(
+            one(r#"[{"metadata":{"name":"data"}}]"#).contains(
+                r#"must name the templates ["data", "logs"] in this order, not ["data"]"#
+            )
+        );
+        let reordered =
+            desired_annotation(&[template("logs", "1Gi"), template("data", "1Gi")]).expect("ok");
+        assert!(one(&reordered).contains("in this order"));
+        let class = desired_annotation(&[
+            with(
+                template("data", "1Gi"),
+                "/spec/storageClassName",
+                json!("x"),
+            ),
+            template("logs", "1Gi"),
+        ])
+        .expect("ok");
+        assert_eq!(
+            one(&class),
+            format!(
+                "{p}: Forbidden: template \"data\": spec.storageClassName differs from the live template; {MAY_CHANGE}"
+            )
+        );
+        let bad_qty =
+            desired_annotation(&[template("data", "huge"), template("logs", "1Gi")]).expect("ok");
+        assert!(one(&bad_qty).contains(
+            "template \"data\": spec.resources.requests[storage]: quantities must match"
+        ));
+        let huge = format!("[{}]", " ".repeat(MAX_DESIRED_TEMPLATES_BYTES));
+        assert_eq!(
+            one(&huge),
+            format!("{p}: Too long: must have at most 262144 bytes")
+        );
+        let long_garbage = "x".repeat(10_000);
+        assert!(one(&long_garbage).len() < 400);
+    }
+}

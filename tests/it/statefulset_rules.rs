@@ -1,0 +1,708 @@
+//! StatefulSet rules through the public surface: the router's `/mutate` and `/validate`,
+//! offline review (the apiserver's order) and the `review` CLI.
+
+use serde_json::{Value, json};
+use stateful_admission::admission::offline::{self, Phases};
+use stateful_admission::admission::{Context, Phase, Policy};
+use stateful_admission::cluster::ClusterView;
+
+use crate::common::{
+    app, fixture, fixture_path, post_review, review_response, run_binary, temp_file,
+};
+
+const DESIRED: &str = "stateful-admission.io/desired-volume-claim-templates";
+const MAX_UNAVAILABLE: &str = "stateful-admission.io/max-unavailable";
+const MAY_CHANGE: &str = "only metadata.labels, metadata.annotations, spec.resources.requests.storage and spec.volumeAttributesClassName of a volume claim template may change";
+
+/// The captured `kubectl apply` raising a template's storage (1Gi -> 5Gi) and its chart label,
+/// as a server-side dry run.
+fn storage_change() -> Value {
+    fixture("statefulset/update-vct-storage-label.dryrun.mutate.json")
+}
+
+fn create_with_max_unavailable() -> Value {
+    fixture("statefulset/create-max-unavailable.mutate.json")
+}
+
+fn set(mut review: Value, pointer: &str, value: Value) -> Value {
+    let (parent, key) = pointer.rsplit_once('/').expect("pointer");
+    let node = review.pointer_mut(parent).expect("parent exists");
+    match node {
+        Value::Object(map) => {
+            map.insert(key.to_owned(), value);
+        }
+        Value::Array(items) => {
+            let i: usize = key.parse().expect("index");
+            items[i] = value;
+        }
+        other => panic!("cannot set {pointer} in {other}"),
+    }
+    review
+}
+
+fn remove(mut review: Value, pointer: &str) -> Value {
+    let (parent, key) = pointer.rsplit_once('/').expect("pointer");
+    review
+        .pointer_mut(parent)
+        .and_then(Value::as_object_mut)
+        .expect("parent object")
+        .remove(key);
+    review
+}
+
+const NEW_VCT: &str = "/request/object/spec/volumeClaimTemplates/0";
+
+/// The review with the new template's field at `pointer` (relative to the template) set.
+fn template_edit(pointer: &str, value: Value) -> Value {
+    set(storage_change(), &format!("{NEW_VCT}{pointer}"), value)
+}
+
+fn offline_review(
+    review: &Value,
+    phases: Phases,
+    view: &ClusterView,
+    policy: &Policy,
+) -> offline::Outcome {
+    let ctx = Context { view, policy };
+    offline::review(&serde_json::to_vec(review).expect("json"), phases, &ctx).expect("reviewable")
+}
+
+/// The JSON patch of a response. kube's AdmissionResponse serialises the patch bytes as a
+/// JSON array of numbers (which Go's decoder accepts for `[]byte`), not as base64.
+fn patch_of(response: &Value) -> Value {
+    let Some(bytes) = response["patch"].as_array() else {
+        assert!(
+            response.get("patch").is_none_or(Value::is_null),
+            "{response}"
+        );
+        return json!([]);
+    };
+    assert_eq!(response["patchType"], "JSONPatch");
+    let bytes: Vec<u8> = bytes
+        .iter()
+        .map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()).expect("byte"))
+        .collect();
+    serde_json::from_slice(&bytes).expect("patch is JSON")
+}
+
+fn warnings(response: &Value) -> Vec<String> {
+    response["warnings"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn denial_message(response: &Value) -> String {
+    assert_eq!(response["allowed"], false, "{response}");
+    response["status"]["message"]
+        .as_str()
+        .expect("message")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn an_allowed_template_change_is_recorded_and_the_old_templates_put_back() {
+    let router = app(ClusterView::empty(), Policy::default());
+    let review = storage_change();
+    let response = review_response(&router, "/mutate", &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(response["uid"], review["request"]["uid"]);
+    let old_templates = review["request"]["oldObject"]["spec"]["volumeClaimTemplates"].clone();
+    let patch = patch_of(&response);
+    assert_eq!(
+        patch[0],
+        json!({"op": "replace", "path": "/spec/volumeClaimTemplates", "value": old_templates})
+    );
+    assert_eq!(patch[1]["op"], "add");
+    assert_eq!(
+        patch[1]["path"],
+        "/metadata/annotations/stateful-admission.io~1desired-volume-claim-templates"
+    );
+    assert_eq!(patch.as_array().map(Vec::len), Some(2), "{patch}");
+    let stored: Value =
+        serde_json::from_str(patch[1]["value"].as_str().expect("string")).expect("JSON");
+    assert_eq!(
+        stored,
+        json!([{"metadata": {"labels": {"helm.sh/chart": "web-1.0.1"}, "name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}, "volumeMode": "Filesystem"}}])
+    );
+    assert_eq!(
+        warnings(&response),
+        [
+            "volume claim template \"data\" change recorded in stateful-admission.io/desired-volume-claim-templates (policy OnDelete: only new or re-created claims use it): labels, storage 1Gi -> 5Gi"
+        ]
+    );
+}
+
+#[test]
+fn the_patched_object_keeps_every_other_field_and_passes_validation() {
+    let review = storage_change();
+    let outcome = offline_review(
+        &review,
+        Phases::Both,
+        &ClusterView::empty(),
+        &Policy::default(),
+    );
+    assert!(outcome.allowed, "{}", outcome.review);
+    let object = outcome.object.expect("object");
+    let mut expected = review["request"]["object"].clone();
+    expected["spec"]["volumeClaimTemplates"] =
+        review["request"]["oldObject"]["spec"]["volumeClaimTemplates"].clone();
+    let desired = object["metadata"]["annotations"][DESIRED].clone();
+    assert!(
+        desired.as_str().is_some_and(|s| s.contains("\"5Gi\"")),
+        "{desired}"
+    );
+    expected["metadata"]["annotations"][DESIRED] = desired;
+    // Everything else, managedFields and the last-applied annotation included, is untouched.
+    assert_eq!(object, expected);
+}
+
+#[test]
+fn the_mutation_is_idempotent_on_reinvocation() {
+    let view = ClusterView::empty();
+    let policy = Policy::default();
+    for review in [storage_change(), create_with_max_unavailable()] {
+        // Both phases: the offline review returns the patched object only then.
+        let first = offline_review(&review, Phases::Both, &view, &policy);
+        assert!(first.allowed);
+        assert!(
+            first.review["response"]["patch"].is_array(),
+            "first call patches"
+        );
+        let patched = first.object.expect("object");
+        let again = set(review.clone(), "/request/object", patched.clone());
+        let second = offline_review(&again, Phases::Only(Phase::Mutate), &view, &policy);
+        assert!(second.allowed, "{}", second.review);
+        assert!(
+            second.review["response"]
+                .get("patch")
+                .is_none_or(Value::is_null),
+            "{}",
+            second.review
+        );
+        assert_eq!(second.object.expect("object"), patched);
+    }
+}
+
+#[tokio::test]
+async fn forbidden_template_edits_are_denied_with_one_error_per_path() {
+    let router = app(ClusterView::empty(), Policy::default());
+    let p = "spec.volumeClaimTemplates[0]";
+    let added = {
+        let mut r = storage_change();
+        let mut extra = r["request"]["object"]["spec"]["volumeClaimTemplates"][0].clone();
+        extra["metadata"]["name"] = json!("logs");
+        r["request"]["object"]["spec"]["volumeClaimTemplates"]
+            .as_array_mut()
+            .expect("list")
+            .push(extra);
+        r
+    };
+    let cases = [
+        (
+            fixture("statefulset/update-vct-storage-class.mutate.json"),
+            format!("[{p}.spec.accessModes: Forbidden: may not change; {MAY_CHANGE}, {p}.spec.storageClassName: Forbidden: may not change; {MAY_CHANGE}]"),
+        ),
+        (
+            template_edit("/spec/volumeMode", json!("Block")),
+            format!("{p}.spec.volumeMode: Forbidden: may not change; {MAY_CHANGE}"),
+        ),
+        (
+            template_edit("/spec/selector", json!({"matchLabels": {"tier": "db"}})),
+            format!("{p}.spec.selector: Forbidden: may not change; {MAY_CHANGE}"),
+        ),
+        (
+            template_edit("/spec/dataSource", json!({"kind": "PersistentVolumeClaim", "name": "seed"})),
+            format!("{p}.spec.dataSource: Forbidden: may not change; {MAY_CHANGE}"),
+        ),
+        (
+            template_edit("/spec/resources/limits", json!({"storage": "10Gi"})),
+            format!("{p}.spec.resources.limits[storage]: Forbidden: may not change; {MAY_CHANGE}"),
+        ),
+        (
+            template_edit("/metadata/name", json!("data2")),
+            format!("{p}.metadata.name: Forbidden: volume claim template \"data\" may not be renamed to \"data2\"; {MAY_CHANGE}"),
+        ),
+        (
+            added,
+            format!("spec.volumeClaimTemplates[1]: Forbidden: volume claim template \"logs\" may not be added to an existing StatefulSet; {MAY_CHANGE}"),
+        ),
+        (
+            set(storage_change(), "/request/object/spec/volumeClaimTemplates", json!([])),
+            format!("spec.volumeClaimTemplates: Forbidden: volume claim template \"data\" may not be removed; {MAY_CHANGE}"),
+        ),
+        (
+            template_edit("/spec/resources/requests/storage", json!("5 gigs")),
+            format!("{p}.spec.resources.requests[storage]: Invalid value: \"5 gigs\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"),
+        ),
+        (
+            template_edit("/spec/resources/requests/storage", json!(["5Gi"])),
+            format!("{p}.spec.resources.requests[storage]: Invalid value: \"[\\\"5Gi\\\"]\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"),
+        ),
+        (
+            set(storage_change(), "/request/object/spec/volumeClaimTemplates", json!("data")),
+            "spec.volumeClaimTemplates: Invalid value: string: must be a list of PersistentVolumeClaim templates".to_owned(),
+        ),
+    ];
+    for (review, want) in cases {
+        let (status, body) = post_review(&router, "/mutate", &review).await;
+        assert_eq!(status, 200);
+        let response = &body["response"];
+        assert_eq!(response["status"]["code"], 422, "{response}");
+        assert_eq!(response["status"]["reason"], "Invalid");
+        assert_eq!(
+            denial_message(response),
+            format!("StatefulSet.apps \"web\" is invalid: {want}")
+        );
+        assert!(
+            response.get("patch").is_none_or(Value::is_null),
+            "a denial carries no patch"
+        );
+    }
+}
+
+#[tokio::test]
+async fn semantically_equal_templates_and_unrelated_updates_are_not_changes() {
+    let router = app(ClusterView::empty(), Policy::default());
+    // Same templates written as 1024Mi without the defaulted fields, labels unchanged.
+    let old_vct = storage_change()["request"]["oldObject"]["spec"]["volumeClaimTemplates"].clone();
+    let mut same = old_vct.clone();
+    same[0] = json!({"metadata": {"name": "data", "labels": {"helm.sh/chart": "web-1.0.0"}},
+                     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1024Mi"}}}});
+    let unchanged = set(
+        storage_change(),
+        "/request/object/spec/volumeClaimTemplates",
+        same,
+    );
+    let response = review_response(&router, "/mutate", &unchanged).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(patch_of(&response), json!([]));
+    assert!(warnings(&response).is_empty());
+
+    // A recorded desire stays when an update does not touch the templates.
+    let stored = r#"[{"metadata":{"name":"data"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"5Gi"}}}}]"#;
+    let mut review = set(
+        storage_change(),
+        "/request/object/spec/volumeClaimTemplates",
+        old_vct,
+    );
+    review["request"]["oldObject"]["metadata"]["annotations"][DESIRED] = json!(stored);
+    review["request"]["object"]["metadata"]["annotations"][DESIRED] = json!(stored);
+    let response = review_response(&router, "/mutate", &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(patch_of(&response), json!([]));
+}
+
+#[tokio::test]
+async fn hostile_desired_annotations_are_denied() {
+    let router = app(ClusterView::empty(), Policy::default());
+    let old_vct = storage_change()["request"]["oldObject"]["spec"]["volumeClaimTemplates"].clone();
+    let base = set(
+        storage_change(),
+        "/request/object/spec/volumeClaimTemplates",
+        old_vct,
+    );
+    let path = "metadata.annotations[stateful-admission.io/desired-volume-claim-templates]";
+    let huge = format!("[{}]", " ".repeat(300 * 1024));
+    let cases = [
+        ("{not json".to_owned(), format!("{path}: Invalid value: \"{{not json\": must be a JSON array of volume claim templates: ")),
+        (r#"{"a":1}"#.to_owned(), format!("{path}: Invalid value: \"{{\\\"a\\\":1}}\": must be a JSON array of volume claim templates")),
+        (r#"[{"spec":{"accessModes":"RWO"}}]"#.to_owned(), format!("{path}: Invalid value: ")),
+        (r#"[{"metadata":{"name":"other"}}]"#.to_owned(), format!("{path}: Invalid value: ")),
+        (
+            r#"[{"metadata":{"name":"data"},"spec":{"storageClassName":"gold","accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}]"#.to_owned(),
+            format!("{path}: Forbidden: template \"data\": spec.storageClassName differs from the live template; {MAY_CHANGE}"),
+        ),
+        (huge, format!("{path}: Too long: must have at most 262144 bytes")),
+    ];
+    for (value, want) in cases {
+        let mut review = base.clone();
+        review["request"]["object"]["metadata"]["annotations"][DESIRED] = json!(value);
+        let response = review_response(&router, "/mutate", &review).await;
+        let message = denial_message(&response);
+        assert!(
+            message.starts_with(&format!("StatefulSet.apps \"web\" is invalid: {want}")),
+            "{message}"
+        );
+        assert!(message.len() < 2048, "hostile values are not echoed whole");
+    }
+    // Also on CREATE.
+    let mut review = create_with_max_unavailable();
+    review["request"]["object"]["metadata"]["annotations"][DESIRED] = json!("nope");
+    let message = denial_message(&review_response(&router, "/mutate", &review).await);
+    assert!(message.contains(path), "{message}");
+}
+
+#[tokio::test]
+async fn the_update_policy_annotation_shapes_the_warning_and_is_validated() {
+    let router = app(ClusterView::empty(), Policy::default());
+    let mut review = storage_change();
+    review["request"]["object"]["metadata"]["annotations"]["stateful-admission.io/volume-claim-update-policy"] =
+        json!("InPlace");
+    let response = review_response(&router, "/mutate", &review).await;
+    assert!(
+        warnings(&response)[0].contains("policy InPlace: existing claims are patched in place")
+    );
+
+    let decrease = template_edit("/spec/resources/requests/storage", json!("512Mi"));
+    let response = review_response(&router, "/mutate", &decrease).await;
+    assert_eq!(response["allowed"], true);
+    let w = warnings(&response);
+    assert!(w[0].ends_with("labels, storage 1Gi -> 512Mi"), "{w:?}");
+    assert_eq!(
+        w[1],
+        "volume claim template \"data\": storage decrease 1Gi -> 512Mi only affects new claims; existing claims are never shrunk"
+    );
+
+    review["request"]["object"]["metadata"]["annotations"]["stateful-admission.io/volume-claim-update-policy"] =
+        json!("Eventually");
+    let response = review_response(&router, "/mutate", &review).await;
+    assert_eq!(
+        denial_message(&response),
+        "StatefulSet.apps \"web\" is invalid: metadata.annotations[stateful-admission.io/volume-claim-update-policy]: Unsupported value: \"Eventually\": supported values: \"InPlace\", \"OnDelete\""
+    );
+}
+
+#[tokio::test]
+async fn max_unavailable_is_validated_in_both_phases_with_upstream_messages() {
+    let router = app(ClusterView::empty(), Policy::default());
+    let p = "spec.updateStrategy.rollingUpdate.maxUnavailable";
+    let percent = "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%' or '93%', regex used for validation is '[0-9]+%')";
+    let cases = [
+        (json!(0), format!("{p}: Invalid value: 0: cannot be 0")),
+        (json!("0%"), format!("{p}: Invalid value: 0%: cannot be 0")),
+        (
+            json!(-2),
+            format!("{p}: Invalid value: -2: must be greater than or equal to 0"),
+        ),
+        (
+            json!("101%"),
+            format!("{p}: Invalid value: 101%: must not be greater than 100%"),
+        ),
+        (
+            json!("abc"),
+            format!("[{p}: Invalid value: abc: {percent}, {p}: Invalid value: abc: cannot be 0]"),
+        ),
+        (json!("50"), format!("{p}: Invalid value: 50: {percent}")),
+        (
+            json!(true),
+            format!("{p}: Invalid value: true: must be an integer or percentage (e.g '5%%')"),
+        ),
+    ];
+    for (value, want) in cases {
+        let review = set(
+            create_with_max_unavailable(),
+            "/request/object/spec/updateStrategy/rollingUpdate/maxUnavailable",
+            value.clone(),
+        );
+        for endpoint in ["/mutate", "/validate"] {
+            let response = review_response(&router, endpoint, &review).await;
+            assert_eq!(response["status"]["code"], 422, "{endpoint} {value}");
+            assert_eq!(
+                denial_message(&response),
+                format!("StatefulSet.apps \"web\" is invalid: {want}"),
+                "{endpoint}"
+            );
+        }
+    }
+    let on_delete = set(
+        create_with_max_unavailable(),
+        "/request/object/spec/updateStrategy/type",
+        json!("OnDelete"),
+    );
+    assert_eq!(
+        denial_message(&review_response(&router, "/validate", &on_delete).await),
+        "StatefulSet.apps \"web\" is invalid: spec.updateStrategy.rollingUpdate: Invalid value: apps.RollingUpdateStatefulSetStrategy{Partition:0, MaxUnavailable:(*intstr.IntOrString)(2)}: only allowed for updateStrategy 'RollingUpdate'"
+    );
+    let negative = set(
+        create_with_max_unavailable(),
+        "/request/object/spec/updateStrategy/rollingUpdate/partition",
+        json!(-1),
+    );
+    assert_eq!(
+        denial_message(&review_response(&router, "/mutate", &negative).await),
+        "StatefulSet.apps \"web\" is invalid: spec.updateStrategy.rollingUpdate.partition: Invalid value: -1: must be greater than or equal to 0"
+    );
+    // Also on UPDATE.
+    let update = set(
+        storage_change(),
+        "/request/object/spec/updateStrategy/rollingUpdate/maxUnavailable",
+        json!(0),
+    );
+    assert_eq!(
+        review_response(&router, "/mutate", &update).await["status"]["code"],
+        422
+    );
+}
+
+#[tokio::test]
+async fn max_unavailable_above_replicas_warns_or_denies_when_strict() {
+    let review = set(
+        create_with_max_unavailable(),
+        "/request/object/spec/updateStrategy/rollingUpdate/maxUnavailable",
+        json!(5),
+    );
+    let lenient = app(ClusterView::empty(), Policy::default());
+    let response = review_response(&lenient, "/mutate", &review).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(
+        warnings(&response),
+        [
+            "spec.updateStrategy.rollingUpdate.maxUnavailable: 5 is greater than spec.replicas (3): all 3 pods it applies to may be unavailable at once during an update"
+        ]
+    );
+    // The validating phase repeats denials only, never the warning.
+    assert!(warnings(&review_response(&lenient, "/validate", &review).await).is_empty());
+
+    let strict = app(
+        ClusterView::empty(),
+        Policy {
+            strict_max_unavailable: true,
+            ..Policy::default()
+        },
+    );
+    for endpoint in ["/mutate", "/validate"] {
+        assert_eq!(
+            denial_message(&review_response(&strict, endpoint, &review).await),
+            "StatefulSet.apps \"web\" is invalid: spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: 5: must not be greater than spec.replicas (3); resolves to 5"
+        );
+    }
+    // 100% of 3 with partition 2 resolves to 3 against 1 staged replica.
+    let mut review = set(
+        create_with_max_unavailable(),
+        "/request/object/spec/updateStrategy/rollingUpdate/maxUnavailable",
+        json!("100%"),
+    );
+    review = set(
+        review,
+        "/request/object/spec/updateStrategy/rollingUpdate/partition",
+        json!(2),
+    );
+    let response = review_response(&lenient, "/mutate", &review).await;
+    assert_eq!(
+        warnings(&response),
+        [
+            "spec.updateStrategy.rollingUpdate.maxUnavailable: 100% (3 of 3 pods) is greater than spec.replicas - partition (3 - 2 = 1): all 1 pods it applies to may be unavailable at once during an update"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_native_max_unavailable_is_copied_into_the_fallback_annotation() {
+    let router = app(ClusterView::empty(), Policy::default());
+    let response = review_response(&router, "/mutate", &create_with_max_unavailable()).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(
+        patch_of(&response),
+        json!([{"op": "add", "path": "/metadata/annotations/stateful-admission.io~1max-unavailable", "value": "2"}])
+    );
+    // No annotations at all: the map is created.
+    let bare = remove(
+        create_with_max_unavailable(),
+        "/request/object/metadata/annotations",
+    );
+    let response = review_response(&router, "/mutate", &bare).await;
+    assert_eq!(
+        patch_of(&response),
+        json!([{"op": "add", "path": "/metadata/annotations", "value": {MAX_UNAVAILABLE: "2"}}])
+    );
+    // A percent is kept as written; a user's other value is replaced, with a warning.
+    let mut review = set(
+        create_with_max_unavailable(),
+        "/request/object/spec/updateStrategy/rollingUpdate/maxUnavailable",
+        json!("34%"),
+    );
+    review["request"]["object"]["metadata"]["annotations"][MAX_UNAVAILABLE] = json!("1");
+    let response = review_response(&router, "/mutate", &review).await;
+    assert_eq!(patch_of(&response)[0]["value"], "34%");
+    assert_eq!(
+        warnings(&response),
+        [
+            "stateful-admission.io/max-unavailable: \"1\" replaced by spec.updateStrategy.rollingUpdate.maxUnavailable (34%)"
+        ]
+    );
+    // Turned off: nothing is written.
+    let off = app(
+        ClusterView::empty(),
+        Policy {
+            max_unavailable_fallback: false,
+            ..Policy::default()
+        },
+    );
+    let response = review_response(&off, "/mutate", &create_with_max_unavailable()).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(patch_of(&response), json!([]));
+}
+
+#[tokio::test]
+async fn hostile_fallback_annotations_are_denied_and_valid_ones_checked_against_replicas() {
+    let router = app(ClusterView::empty(), Policy::default());
+    let path = "metadata.annotations[stateful-admission.io/max-unavailable]";
+    let without_native = remove(
+        create_with_max_unavailable(),
+        "/request/object/spec/updateStrategy/rollingUpdate/maxUnavailable",
+    );
+    let cases = [
+        (
+            "x".repeat(100_000),
+            format!("{path}: Too long: must have at most 64 bytes"),
+        ),
+        (
+            "0".to_owned(),
+            format!("{path}: Invalid value: 0: cannot be 0"),
+        ),
+        (
+            "250%".to_owned(),
+            format!("{path}: Invalid value: 250%: must not be greater than 100%"),
+        ),
+        (
+            "{\"a\":1}".to_owned(),
+            format!("[{path}: Invalid value: {{\"a\":1}}: a valid percent string"),
+        ),
+    ];
+    for (value, want) in cases {
+        let mut review = without_native.clone();
+        review["request"]["object"]["metadata"]["annotations"][MAX_UNAVAILABLE] = json!(value);
+        for endpoint in ["/mutate", "/validate"] {
+            let message = denial_message(&review_response(&router, endpoint, &review).await);
+            assert!(
+                message.starts_with(&format!("StatefulSet.apps \"web\" is invalid: {want}")),
+                "{message}"
+            );
+            assert!(message.len() < 1024);
+        }
+    }
+    let mut review = without_native;
+    review["request"]["object"]["metadata"]["annotations"][MAX_UNAVAILABLE] = json!("7");
+    let response = review_response(&router, "/mutate", &review).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(
+        patch_of(&response),
+        json!([]),
+        "a user's annotation without a native field stays"
+    );
+    assert!(
+        warnings(&response)[0].starts_with(&format!("{path}: 7 is greater than spec.replicas (3)"))
+    );
+}
+
+#[tokio::test]
+async fn malformed_statefulsets_are_denied_not_crashed_on() {
+    let router = app(ClusterView::empty(), Policy::default());
+    let no_spec = remove(create_with_max_unavailable(), "/request/object/spec");
+    assert_eq!(
+        denial_message(&review_response(&router, "/mutate", &no_spec).await),
+        "StatefulSet.apps \"web\" is invalid: spec: Required value"
+    );
+    let wrong = set(
+        create_with_max_unavailable(),
+        "/request/object/spec",
+        json!("spec"),
+    );
+    assert_eq!(
+        review_response(&router, "/validate", &wrong).await["status"]["code"],
+        422
+    );
+    let partition = set(
+        create_with_max_unavailable(),
+        "/request/object/spec/updateStrategy/rollingUpdate/partition",
+        json!("two"),
+    );
+    assert_eq!(
+        denial_message(&review_response(&router, "/mutate", &partition).await),
+        "StatefulSet.apps \"web\" is invalid: spec.updateStrategy.rollingUpdate.partition: Invalid value: \"two\": must be an integer"
+    );
+    // Strategy missing entirely: defaults apply, nothing to say.
+    let bare = remove(
+        create_with_max_unavailable(),
+        "/request/object/spec/updateStrategy",
+    );
+    let response = review_response(&router, "/mutate", &bare).await;
+    assert_eq!(response["allowed"], true, "{response}");
+}
+
+#[test]
+fn review_cli_warns_about_orphaned_claims_on_create() {
+    let state = fixture_path("statefulset/state-orphaned-claims.json");
+    let input = fixture_path("statefulset/create-max-unavailable.mutate.json");
+    let run = run_binary(
+        &[
+            "review",
+            "--state",
+            state.to_str().expect("utf-8"),
+            input.to_str().expect("utf-8"),
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let response = &run.json()["response"];
+    assert_eq!(response["allowed"], true);
+    assert_eq!(
+        warnings(response),
+        [
+            "PersistentVolumeClaim data-web-1 already exists and differs from template \"data\" in accessModes; the set will use it as is and never update it in place",
+            "PersistentVolumeClaim data-web-2 already exists and differs from template \"data\" in volumeMode; the set will use it as is and never update it in place",
+        ]
+    );
+    assert_eq!(
+        patch_of(response),
+        json!([{"op": "add", "path": "/metadata/annotations/stateful-admission.io~1max-unavailable", "value": "2"}])
+    );
+}
+
+#[test]
+fn review_cli_records_allowed_changes_and_denies_forbidden_ones() {
+    let run = run_binary(
+        &["review", "-"],
+        Some(&serde_json::to_vec(&storage_change()).expect("json")),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let response = &run.json()["response"];
+    assert_eq!(patch_of(response)[0]["path"], "/spec/volumeClaimTemplates");
+    assert_eq!(warnings(response).len(), 1);
+
+    let forbidden = fixture_path("statefulset/update-vct-storage-class.mutate.json");
+    let run = run_binary(&["review", forbidden.to_str().expect("utf-8")], None);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let message = denial_message(&run.json()["response"]);
+    assert!(
+        message.contains("spec.volumeClaimTemplates[0].spec.storageClassName: Forbidden"),
+        "{message}"
+    );
+
+    let strict_input = set(
+        create_with_max_unavailable(),
+        "/request/object/spec/updateStrategy/rollingUpdate/maxUnavailable",
+        json!(9),
+    );
+    let file = temp_file(".json", &serde_json::to_vec(&strict_input).expect("json"));
+    let path = file.path().to_str().expect("utf-8");
+    assert_eq!(run_binary(&["review", path], None).code, 0);
+    let run = run_binary(&["review", "--strict-max-unavailable", path], None);
+    assert_eq!(run.code, 1);
+    assert!(
+        denial_message(&run.json()["response"])
+            .contains("must not be greater than spec.replicas (3)")
+    );
+    let run = run_binary(
+        &[
+            "review",
+            "--max-unavailable-fallback=false",
+            "--phase",
+            "mutate",
+            path,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0);
+    assert!(
+        run.json()["response"]
+            .get("patch")
+            .is_none_or(Value::is_null)
+    );
+}
