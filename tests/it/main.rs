@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
+mod claim_rules;
 mod common;
 mod fake_apiserver_tests;
 mod review_cli;
