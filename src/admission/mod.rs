@@ -167,7 +167,10 @@ pub fn encode_review(
         return serde_json::to_vec(&review);
     };
     let mut value = serde_json::to_value(&review)?;
-    if let Some(response) = value.get_mut("response").and_then(serde_json::Value::as_object_mut) {
+    if let Some(response) = value
+        .get_mut("response")
+        .and_then(serde_json::Value::as_object_mut)
+    {
         response.insert(
             "patch".to_owned(),
             serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(patch)),

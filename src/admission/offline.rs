@@ -37,7 +37,8 @@ pub struct Outcome {
     /// The response AdmissionReview, as the webhook would send it.
     pub review: Value,
     pub allowed: bool,
-    /// The object after the mutating patch (the request's object when nothing was patched).
+    /// The object after the returned patch (the request's object when nothing was patched or
+    /// the request was denied).
     pub object: Option<Value>,
 }
 
@@ -58,7 +59,15 @@ pub fn review(raw: &[u8], phases: Phases, ctx: &Context<'_>) -> Result<Outcome, 
     let object = raw.pointer("/request/object").filter(|o| !o.is_null());
 
     let (verdict, object) = match phases {
-        Phases::Only(phase) => (evaluate(phase, &req, ctx), object.cloned()),
+        Phases::Only(phase) => {
+            let verdict = evaluate(phase, &req, ctx);
+            let object = if verdict.is_allowed() {
+                apply(object, &verdict)?
+            } else {
+                object.cloned()
+            };
+            (verdict, object)
+        }
         Phases::Both => {
             let mutated = evaluate(Phase::Mutate, &req, ctx);
             if !mutated.is_allowed() {

@@ -151,3 +151,20 @@ pub fn temp_file(suffix: &str, content: &[u8]) -> tempfile::NamedTempFile {
     file.write_all(content).expect("write temp file");
     file
 }
+
+/// The JSON patch of an admission response: a base64 string on the wire, with
+/// `patchType: JSONPatch`. No patch field means an empty patch.
+pub fn patch_of(response: &Value) -> Value {
+    use base64::Engine as _;
+    match response.get("patch") {
+        None | Some(Value::Null) => serde_json::json!([]),
+        Some(Value::String(text)) => {
+            assert_eq!(response["patchType"], "JSONPatch", "{response}");
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .unwrap_or_else(|e| panic!("patch is not base64 ({e}): {text}"));
+            serde_json::from_slice(&bytes).expect("patch is JSON")
+        }
+        Some(other) => panic!("patch must be a base64 string, got {other}"),
+    }
+}
