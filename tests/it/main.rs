@@ -2,6 +2,7 @@
 
 mod claim_rules;
 mod common;
+mod controller_runtime;
 mod fake_apiserver_tests;
 mod review_cli;
 mod serve_tls;

@@ -1,0 +1,62 @@
+//! The controller runtime against the fake API server: one acting replica under a Lease,
+//! handover on release and on a crash.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+
+use crate::support::controller::{
+    CONTROLLER_NAMESPACE, RunningController, config, eventually, no_features,
+};
+use crate::support::fake_apiserver::FakeApiServer;
+
+fn holder(api: &FakeApiServer) -> Option<String> {
+    api.get::<Lease>(CONTROLLER_NAMESPACE, "stateful-admission-controller")
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_leads_and_hands_over_on_release_and_on_crash() {
+    let api = FakeApiServer::start().await;
+    let a = RunningController::start(&api, config("replica-a", no_features()));
+    assert!(
+        eventually(Duration::from_secs(5), || a.is_leader()).await,
+        "the first replica leads"
+    );
+    assert_eq!(holder(&api).as_deref(), Some("replica-a"));
+
+    let b = RunningController::start(&api, config("replica-b", no_features()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !b.is_leader(),
+        "a second replica waits while the lease is renewed"
+    );
+    assert!(a.is_leader());
+    assert_eq!(holder(&api).as_deref(), Some("replica-a"));
+
+    // A clean stop releases the lease: the other replica takes over without waiting it out.
+    let released = tokio::time::Instant::now();
+    a.stop().await;
+    assert!(eventually(Duration::from_secs(5), || b.is_leader()).await);
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        released.elapsed()
+    );
+    assert_eq!(holder(&api).as_deref(), Some("replica-b"));
+
+    // A crash releases nothing: a third replica waits for the lease to expire, then leads.
+    let c = RunningController::start(&api, config("replica-c", no_features()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!c.is_leader());
+    b.kill();
+    assert!(eventually(Duration::from_secs(6), || c.is_leader()).await);
+    assert_eq!(holder(&api).as_deref(), Some("replica-c"));
+    let lease = api
+        .get::<Lease>(CONTROLLER_NAMESPACE, "stateful-admission-controller")
+        .and_then(|l| l.spec)
+        .expect("lease");
+    assert_eq!(lease.lease_transitions, Some(2));
+    c.stop().await;
+}

@@ -1,0 +1,113 @@
+//! Runs the companion controller in-process against the fake API server, with short Lease
+//! timings, the way `serve` runs it against a cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use stateful_admission::cluster::watch;
+use stateful_admission::controller::{Controller, ControllerConfig, Features, LeaseTiming};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::fake_apiserver::FakeApiServer;
+
+/// Namespace the controller runs in (Lease, journals, probes).
+pub const CONTROLLER_NAMESPACE: &str = "stateful-admission";
+
+/// Every feature off; tests switch on what they exercise.
+pub fn no_features() -> Features {
+    Features {
+        claim_rollout: false,
+        converge: false,
+        retroactive_default_class: false,
+        conditions: false,
+        max_unavailable: false,
+    }
+}
+
+/// A configuration with fast Lease timings (takeover within ~2 s).
+pub fn config(identity: &str, features: Features) -> ControllerConfig {
+    ControllerConfig {
+        namespace: CONTROLLER_NAMESPACE.to_owned(),
+        identity: identity.to_owned(),
+        timing: LeaseTiming {
+            lease_duration: Duration::from_secs(2),
+            renew_deadline: Duration::from_millis(1500),
+            retry_period: Duration::from_millis(200),
+        },
+        resync: Duration::from_secs(30),
+        features,
+        ..ControllerConfig::default()
+    }
+}
+
+/// A controller running on its own task, with its own view and metrics.
+pub struct RunningController {
+    stop: CancellationToken,
+    handle: JoinHandle<()>,
+    registry: Arc<Registry>,
+}
+
+impl RunningController {
+    pub fn start(api: &FakeApiServer, config: ControllerConfig) -> Self {
+        let client = api.client();
+        let stop = CancellationToken::new();
+        let (view, driver) = watch::from_cluster(client.clone());
+        let driver_stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = driver => {}
+                _ = driver_stop.cancelled() => {}
+            }
+        });
+        let mut registry = Registry::default();
+        let controller = Controller::new(config, &mut registry);
+        let handle = tokio::spawn(controller.run(client, view, stop.clone()));
+        Self {
+            stop,
+            handle,
+            registry: Arc::new(registry),
+        }
+    }
+
+    /// The Prometheus text of this controller's metrics.
+    pub fn metrics(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("metrics encode");
+        text
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.metrics().lines().any(|l| l == "controller_leader 1")
+    }
+
+    /// Stops as `serve` does on SIGTERM (finish the current step, release the Lease).
+    pub async fn stop(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.handle)
+            .await
+            .expect("controller stops within 10s")
+            .expect("controller task");
+    }
+
+    /// Kills the controller without releasing anything, as a crash would.
+    pub fn kill(self) {
+        self.handle.abort();
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds or `within` passes.
+pub async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if cond() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
