@@ -5,6 +5,7 @@ mod common;
 mod controller_runtime;
 mod fake_apiserver_tests;
 mod review_cli;
+mod serve_cluster;
 mod serve_tls;
 mod server_router;
 mod statefulset_rules;

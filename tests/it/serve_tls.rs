@@ -14,7 +14,7 @@ use stateful_admission::certs;
 use crate::common::{fixture, fixture_path, temp_file};
 
 /// A running `serve` process, killed on drop.
-struct Served {
+pub(crate) struct Served {
     child: Child,
     addr: String,
     probe_addr: String,
@@ -22,8 +22,13 @@ struct Served {
 }
 
 impl Served {
-    fn start(args: &[&str]) -> Served {
+    pub(crate) fn start(args: &[&str]) -> Served {
+        Self::start_with_env(args, &[])
+    }
+
+    pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Served {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stateful-admission"))
+            .envs(env.iter().copied())
             .args([
                 "serve",
                 "--addr",
@@ -79,16 +84,16 @@ impl Served {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("https://localhost:{}{path}", port(&self.addr))
     }
 
-    fn probe(&self, path: &str) -> u16 {
+    pub(crate) fn probe(&self, path: &str) -> u16 {
         let url = format!("http://{}{path}", self.probe_addr);
         reqwest::blocking_get_status(&url)
     }
 
-    fn terminate(&self) {
+    pub(crate) fn terminate(&self) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -96,7 +101,7 @@ impl Served {
         assert!(status.success());
     }
 
-    fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+    pub(crate) fn wait_exit(&mut self, within: Duration) -> Option<i32> {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().expect("wait") {
@@ -107,7 +112,7 @@ impl Served {
         None
     }
 
-    fn logs(&self) -> Vec<String> {
+    pub(crate) fn logs(&self) -> Vec<String> {
         self.stderr.try_iter().collect()
     }
 }

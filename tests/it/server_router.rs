@@ -317,3 +317,54 @@ async fn metrics_count_reviews_by_endpoint_resource_operation_and_outcome() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn objects_in_an_opted_out_namespace_are_allowed_unchanged() {
+    let class = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "standard", "creationTimestamp": "2026-01-01T00:00:00Z",
+                     "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "x"});
+    let namespace = |name: &str, ignore: &str| {
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": name, "labels": {"stateful-admission.io/ignore": ignore}}})
+    };
+    let view = ClusterView::from_json(&[
+        class,
+        namespace("sandbox", "true"),
+        namespace("apps", "yes"),
+    ])
+    .expect("state");
+    let app = app(view, Policy::default());
+    let claim = |ns: &str| {
+        ReviewBuilder::claim("CREATE")
+            .object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "namespace": ns},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))
+            .into_json()
+    };
+    // Only the exact value "true" opts out; elsewhere the classless claim gets the default.
+    let response = crate::common::review_response(&app, "/mutate", &claim("sandbox")).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none(), "{response}");
+    let response = crate::common::review_response(&app, "/mutate", &claim("apps")).await;
+    assert_eq!(
+        crate::common::patch_of(&response),
+        json!([{"op": "add", "path": "/spec/storageClassName", "value": "standard"}])
+    );
+
+    // A denial in an opted-out namespace is not given either.
+    let bad = ReviewBuilder::statefulset("CREATE")
+        .object(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "web", "namespace": "sandbox"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}}, "serviceName": "web",
+                     "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": []}},
+                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0}}}}))
+        .into_json();
+    let response = crate::common::review_response(&app, "/mutate", &bad).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let mut elsewhere = bad.clone();
+    elsewhere["request"]["namespace"] = json!("apps");
+    elsewhere["request"]["object"]["metadata"]["namespace"] = json!("apps");
+    let response = crate::common::review_response(&app, "/mutate", &elsewhere).await;
+    assert_eq!(response["allowed"], false, "{response}");
+}

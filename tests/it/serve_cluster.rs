@@ -1,0 +1,90 @@
+//! The real binary against a cluster (the fake API server through a kubeconfig): readiness
+//! waits for the cluster view, rules read the live state, the controller takes the Lease and
+//! hands it back on SIGTERM.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use serde_json::json;
+use stateful_admission::admission::builder::ReviewBuilder;
+
+use crate::serve_tls::Served;
+use crate::support::controller::eventually;
+use crate::support::fake_apiserver::FakeApiServer;
+
+fn kubeconfig(api: &FakeApiServer) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\nusers:\n- name: fake\n  user: {{}}\ncurrent-context: fake\n",
+        api.url()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_reads_the_cluster_and_runs_the_controller_under_a_lease() {
+    let api = FakeApiServer::start().await;
+    api.put_object(json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "x"}));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("kubeconfig");
+    std::fs::write(&config, kubeconfig(&api)).expect("kubeconfig");
+    let certs = dir.path().join("certs");
+    let mut served = Served::start_with_env(
+        &[
+            "--self-signed",
+            "--self-signed-dir",
+            certs.to_str().expect("path"),
+            "--controller-namespace",
+            "stateful-admission",
+            "--controller-identity",
+            "replica-0",
+        ],
+        &[("KUBECONFIG", config.to_str().expect("path"))],
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || served.probe("/readyz") == 200).await,
+        "ready once the view synced"
+    );
+    let holder = || {
+        api.get::<Lease>("stateful-admission", "stateful-admission-controller")
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || holder().as_deref()
+            == Some("replica-0"))
+        .await
+    );
+
+    // The rules see the cluster: a classless claim gets the cluster's default class.
+    let client = reqwest::Client::builder()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(&std::fs::read(certs.join("ca.crt")).expect("ca"))
+                .expect("pem"),
+        )
+        .build()
+        .expect("client");
+    let review = ReviewBuilder::claim("CREATE")
+        .object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"resources": {"requests": {"storage": "1Gi"}}}}))
+        .into_json();
+    let body: serde_json::Value = client
+        .post(served.url("/mutate"))
+        .json(&review)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        crate::common::patch_of(&body["response"]),
+        json!([{"op": "add", "path": "/spec/storageClassName", "value": "standard"}])
+    );
+
+    // SIGTERM: the Lease is released for the next replica, and the process exits 0.
+    served.terminate();
+    assert_eq!(served.wait_exit(Duration::from_secs(15)), Some(0));
+    assert_eq!(holder(), None, "the lease is released on shutdown");
+}
