@@ -1,5 +1,10 @@
 //! Certificate generation with rcgen: a CA and a serving certificate for a set of DNS names
-//! and IP addresses. Used by `serve --self-signed` for local runs.
+//! and IP addresses. Used by `serve --self-signed` and `certs generate` for local runs;
+//! [`rotation`] and [`self_managed`] keep a cluster's certificates in a Secret.
+
+pub mod rotation;
+pub mod self_managed;
+pub mod x509;
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +18,8 @@ use time::{Duration, OffsetDateTime};
 pub enum CertError {
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
+    #[error("the stored CA certificate is unreadable: {0}")]
+    Existing(#[from] x509::X509Error),
     #[error("cannot write {path}: {source}")]
     Write {
         path: String,
@@ -35,6 +42,17 @@ pub struct CertPaths {
     pub ca_cert: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+/// The DNS names by which the apiserver may call a Service: `NAME`, `NAME.NS`, `NAME.NS.svc`
+/// (what it actually uses) and `NAME.NS.svc.cluster.local`.
+pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        service.to_owned(),
+        format!("{service}.{namespace}"),
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+    ]
 }
 
 /// Makes a CA valid for `ca_days` and a serving certificate for `names` valid for `leaf_days`.

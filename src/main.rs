@@ -1,4 +1,5 @@
-//! Command line: `serve` runs the webhook; `review` evaluates one AdmissionReview offline.
+//! Command line: `serve` runs the webhook; `review` evaluates one AdmissionReview offline;
+//! `certs generate` writes certificates for local development.
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use stateful_admission::admission::offline::{self, Phases};
 use stateful_admission::admission::{Context, Phase, Policy};
+use stateful_admission::certs::{self, rotation::Lifetimes, self_managed::SelfManagedConfig};
 use stateful_admission::cluster::{ClusterView, state_file};
 use stateful_admission::controller::{ControllerConfig, Features};
 use stateful_admission::server::{ListenerLimits, ServeConfig, Server, StateSource, TlsSource};
@@ -32,6 +34,80 @@ enum Command {
     /// Evaluate one AdmissionReview offline as the apiserver would: mutate, apply the patch,
     /// validate. Prints the response AdmissionReview. Exit 0 allowed, 1 denied, 2 bad input.
     Review(ReviewArgs),
+    /// Certificate tooling for local development.
+    #[command(subcommand)]
+    Certs(CertsCommand),
+}
+
+#[derive(Subcommand)]
+enum CertsCommand {
+    /// Write a CA (ca.crt) and a serving certificate (tls.crt, tls.key) for a Service's DNS
+    /// names: NAME, NAME.NS, NAME.NS.svc, NAME.NS.svc.cluster.local.
+    Generate(CertsGenerateArgs),
+}
+
+#[derive(Args)]
+struct CertsGenerateArgs {
+    /// Name of the Service the apiserver calls.
+    #[arg(long)]
+    service: String,
+    /// Namespace of the Service.
+    #[arg(long)]
+    namespace: String,
+    /// Directory to write into (created if missing; existing files are replaced).
+    #[arg(long)]
+    out: PathBuf,
+    /// Days the CA is valid.
+    #[arg(long, default_value_t = 365)]
+    ca_days: i64,
+    /// Days the serving certificate is valid.
+    #[arg(long, default_value_t = 90)]
+    days: i64,
+    /// Also write the CA's private key (ca.key), to sign more certificates later.
+    #[arg(long)]
+    with_ca_key: bool,
+}
+
+/// The binary keeps its own CA and serving certificate in a Secret and renews them.
+#[derive(Args)]
+struct SelfManagedArgs {
+    /// Keep the CA and serving certificate in a Secret, renew them at two thirds of their
+    /// lifetime, and patch caBundle into the webhook configurations named below.
+    #[arg(long, env = "STATEFUL_ADMISSION_SELF_MANAGED_CERTS", conflicts_with_all = ["tls_cert", "tls_key", "self_signed"], requires = "cert_namespace")]
+    self_managed_certs: bool,
+    /// Secret holding the self-managed certificates.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_CERT_SECRET",
+        default_value = "stateful-admission-certs"
+    )]
+    cert_secret: String,
+    /// Namespace of that Secret and of the webhook Service (usually the pod's own).
+    #[arg(long, env = "STATEFUL_ADMISSION_CERT_NAMESPACE")]
+    cert_namespace: Option<String>,
+    /// Name of the webhook Service; the certificate carries its DNS names.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_SERVICE_NAME",
+        default_value = "stateful-admission"
+    )]
+    service_name: String,
+    /// MutatingWebhookConfiguration whose caBundle to keep current.
+    #[arg(long, env = "STATEFUL_ADMISSION_MUTATING_WEBHOOK_CONFIGURATION")]
+    mutating_webhook_configuration: Option<String>,
+    /// ValidatingWebhookConfiguration whose caBundle to keep current.
+    #[arg(long, env = "STATEFUL_ADMISSION_VALIDATING_WEBHOOK_CONFIGURATION")]
+    validating_webhook_configuration: Option<String>,
+    /// Writable directory where the serving pair is placed for the TLS listener.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_CERT_DIR",
+        default_value = "/tmp/stateful-admission-certs"
+    )]
+    cert_dir: PathBuf,
+    /// How often to re-read the Secret (and so pick up another replica's renewal).
+    #[arg(long, env = "STATEFUL_ADMISSION_CERT_CHECK_INTERVAL", default_value = "1m", value_parser = parse_duration)]
+    cert_check_interval: Duration,
 }
 
 #[derive(Args, Clone)]
@@ -75,7 +151,7 @@ struct ServeArgs {
     #[arg(
         long,
         env = "STATEFUL_ADMISSION_TLS_CERT",
-        required_unless_present = "self_signed",
+        required_unless_present_any = ["self_signed", "self_managed_certs"],
         requires = "tls_key"
     )]
     tls_cert: Option<PathBuf>,
@@ -103,6 +179,8 @@ struct ServeArgs {
     /// Serve from a file of objects instead of a cluster (YAML or JSON; no kubeconfig needed).
     #[arg(long, env = "STATEFUL_ADMISSION_STATE")]
     state: Option<PathBuf>,
+    #[command(flatten)]
+    self_managed: SelfManagedArgs,
     #[command(flatten)]
     policy: PolicyArgs,
     /// How often to re-read the certificate files, besides file-system events.
@@ -250,12 +328,30 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Review(args) => review(args),
+        Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
     }
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
     telemetry::init(args.log.log_format, &args.log.log_level);
     let tls = match (args.self_signed, args.tls_cert, args.tls_key) {
+        _ if args.self_managed.self_managed_certs => {
+            let certs = args.self_managed;
+            let Some(namespace) = certs.cert_namespace else {
+                eprintln!("error: --self-managed-certs needs --cert-namespace");
+                return ExitCode::from(2);
+            };
+            TlsSource::SelfManaged(SelfManagedConfig {
+                secret: certs.cert_secret,
+                namespace,
+                service: certs.service_name,
+                mutating_webhook: certs.mutating_webhook_configuration,
+                validating_webhook: certs.validating_webhook_configuration,
+                dir: certs.cert_dir,
+                check_interval: certs.cert_check_interval,
+                lifetimes: Lifetimes::default(),
+            })
+        }
         (true, _, _) => TlsSource::SelfSigned {
             dir: args.self_signed_dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("stateful-admission-{}", std::process::id()))
@@ -323,6 +419,29 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn certs_generate(args: CertsGenerateArgs) -> ExitCode {
+    if args.ca_days < 1 || args.days < 1 || args.days > args.ca_days {
+        eprintln!("error: need 1 <= --days <= --ca-days");
+        return ExitCode::from(2);
+    }
+    let names = certs::service_dns_names(&args.service, &args.namespace);
+    let written = certs::generate(&args.service, &names, args.ca_days, args.days)
+        .and_then(|generated| generated.write(&args.out, args.with_ca_key));
+    match written {
+        Ok(paths) => {
+            println!("CA certificate:      {}", paths.ca_cert.display());
+            println!("serving certificate: {}", paths.cert.display());
+            println!("serving key:         {}", paths.key.display());
+            println!("DNS names:           {}", names.join(", "));
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -34,6 +34,8 @@ pub enum TlsSource {
         dir: PathBuf,
         names: Vec<String>,
     },
+    /// A CA and certificate kept in a Secret and renewed by this process.
+    SelfManaged(crate::certs::self_managed::SelfManagedConfig),
 }
 
 /// Where the cluster view comes from.
@@ -106,6 +108,18 @@ impl Server {
                 let paths = generated.write(dir, false)?;
                 tracing::info!(ca = %paths.ca_cert.display(), "self-signed certificate written; trust this CA to call the webhook");
                 eprintln!("self-signed CA certificate: {}", paths.ca_cert.display());
+                (paths.cert, paths.key)
+            }
+            TlsSource::SelfManaged(certs) => {
+                let client = kube::Client::try_default().await.context(
+                    "self-managed certificates need a cluster (kubeconfig or in-cluster)",
+                )?;
+                let paths = crate::certs::self_managed::start(
+                    client,
+                    certs.clone(),
+                    stop_background.clone(),
+                )
+                .await?;
                 (paths.cert, paths.key)
             }
         };

@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
+mod certs;
 mod claim_rules;
 mod common;
 mod controller_runtime;
