@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Chart checks: render with the real Helm v4 engine for the default values and each certificate
+# mode, helm lint --strict, validate every manifest against the Kubernetes schemas, and assert
+# the webhook scoping and RBAC properties (test_chart.py).
+#
+# Installs its own tools (pinned, requirements.txt) into a venv under target/, then runs
+# offline. Exits non-zero on any failure.
+#
+# Environment:
+#   CHART_CHECK_VENV        venv location (default: <repo>/target/chart-check-venv)
+#   STATEFUL_ADMISSION_BIN  the built binary, for the flag cross-check (default: built with
+#                           cargo into $CARGO_TARGET_DIR or <repo>/target)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../../.." && pwd)"
+venv="${CHART_CHECK_VENV:-$repo/target/chart-check-venv}"
+python="${PYTHON:-python3}"
+
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
+if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+  echo "chart-check: installing tools into $venv"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    -r "$here/requirements.txt"
+  echo "$want" > "$stamp"
+fi
+
+if [[ -z "${STATEFUL_ADMISSION_BIN:-}" ]]; then
+  target="${CARGO_TARGET_DIR:-$repo/target}"
+  (cd "$repo" && cargo build --quiet --bin stateful-admission)
+  export STATEFUL_ADMISSION_BIN="$target/debug/stateful-admission"
+fi
+
+cd "$here"
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider test_chart.py "$@"
