@@ -42,6 +42,7 @@ pub struct SelfManagedConfig {
 
 const FIELD_MANAGER: &str = "stateful-admission-certs";
 const CONFLICT_RETRIES: usize = 5;
+const RETRY_SOON: Duration = Duration::from_secs(5);
 
 /// Brings the Secret, the webhook configurations and the local files up to date once, then
 /// keeps them so in the background until `stop`. Returns the paths to serve from.
@@ -55,24 +56,33 @@ pub async fn start(
         cert: config.dir.join(TLS_CERT_KEY),
         key: config.dir.join(TLS_KEY_KEY),
     };
-    reconcile(&client, &config)
+    let first = reconcile(&client, &config)
         .await
         .context("cannot set up the self-managed certificate")?;
+    let mut complete = first;
     tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(config.check_interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.tick().await;
         loop {
+            // A webhook configuration not created yet (Helm applies it after the Deployment)
+            // is retried soon rather than at the next regular check.
+            let wait = if complete {
+                config.check_interval
+            } else {
+                config.check_interval.min(RETRY_SOON)
+            };
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = ticker.tick() => {}
+                _ = tokio::time::sleep(wait) => {}
             }
-            if let Err(error) = reconcile(&client, &config).await {
-                // The current certificate stays served; a third of its lifetime is left to retry.
-                tracing::error!(
-                    error = format!("{error:#}"),
-                    "certificate rotation failed; will retry"
-                );
+            match reconcile(&client, &config).await {
+                Ok(done) => complete = done,
+                Err(error) => {
+                    complete = false;
+                    // The current certificate stays served; a third of its lifetime is left.
+                    tracing::error!(
+                        error = format!("{error:#}"),
+                        "certificate rotation failed; will retry"
+                    );
+                }
             }
         }
     });
@@ -80,8 +90,9 @@ pub async fn start(
 }
 
 /// One pass: Secret, then webhook configurations, then files — so that the new CA is trusted
-/// before this replica serves a certificate it signed.
-pub async fn reconcile(client: &Client, config: &SelfManagedConfig) -> anyhow::Result<()> {
+/// before this replica serves a certificate it signed. Returns false when a named webhook
+/// configuration does not exist (yet).
+pub async fn reconcile(client: &Client, config: &SelfManagedConfig) -> anyhow::Result<bool> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
     let names = super::service_dns_names(&config.service, &config.namespace);
     let mut attempt = 0;
@@ -125,15 +136,17 @@ pub async fn reconcile(client: &Client, config: &SelfManagedConfig) -> anyhow::R
         }
     };
     let bundle = stored.ca_bundle.clone().unwrap_or_default();
+    let mut complete = true;
     if let Some(name) = &config.mutating_webhook {
         let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-        ensure_ca_bundle(&api, name, &bundle).await?;
+        complete &= ensure_ca_bundle(&api, name, &bundle).await?;
     }
     if let Some(name) = &config.validating_webhook {
         let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-        ensure_ca_bundle(&api, name, &bundle).await?;
+        complete &= ensure_ca_bundle(&api, name, &bundle).await?;
     }
-    write_files(&config.dir, &stored)
+    write_files(&config.dir, &stored)?;
+    Ok(complete)
 }
 
 async fn write_secret(
@@ -186,15 +199,22 @@ fn post_params() -> PostParams {
 
 /// Sets `clientConfig.caBundle` on each webhook of the named configuration that lacks it;
 /// no write when all carry it. A strategic merge on `webhooks` (merge key `name`) touches
-/// nothing else.
-async fn ensure_ca_bundle<K>(api: &Api<K>, name: &str, bundle: &[u8]) -> anyhow::Result<()>
+/// nothing else. Returns false when the configuration does not exist.
+async fn ensure_ca_bundle<K>(api: &Api<K>, name: &str, bundle: &[u8]) -> anyhow::Result<bool>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    let object = api
-        .get(name)
+    let Some(object) = api
+        .get_opt(name)
         .await
-        .with_context(|| format!("cannot read webhook configuration {name}"))?;
+        .with_context(|| format!("cannot read webhook configuration {name}"))?
+    else {
+        tracing::warn!(
+            configuration = name,
+            "webhook configuration not found; caBundle not set yet"
+        );
+        return Ok(false);
+    };
     let value = serde_json::to_value(&object)?;
     let patch = ca_bundle_patch(&value, bundle);
     if let Some(patch) = patch {
@@ -207,7 +227,7 @@ where
             .with_context(|| format!("cannot patch caBundle into {name}"))?;
         tracing::info!(configuration = name, "caBundle updated");
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The strategic-merge patch that gives every webhook of `configuration` the bundle, or none

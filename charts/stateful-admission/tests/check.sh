@@ -35,4 +35,5 @@ if [[ -z "${STATEFUL_ADMISSION_BIN:-}" ]]; then
 fi
 
 cd "$here"
+export PYTHONDONTWRITEBYTECODE=1
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider test_chart.py "$@"

@@ -394,8 +394,9 @@ def test_webhook_only_install_can_only_read():
     verbs = {v for r in _all_rbac(docs) for v in r["verbs"]}
     assert verbs == {"get", "list", "watch"}
     assert not of_kind(docs, "Role")
-    env = {e["name"]: e.get("value") for e in container(docs)["env"]}
-    assert env["STATEFUL_ADMISSION_CONTROLLER"] == "false"
+    args = container(docs)["args"]
+    assert "--controller=false" in args
+    assert not any(a.startswith("--converge") for a in args)
 
 
 def test_deployment_is_highly_available_and_hardened():
@@ -447,6 +448,19 @@ def test_self_managed_args_name_the_rendered_objects():
     assert "emptyDir" in volumes[0]
 
 
+def test_controller_values_reach_the_flags():
+    args = container(render({"controller": {"resync": "2m", "converge": {"enabled": False},
+                                            "leaderElection": {"leaseName": "sa-lock"}}}))["args"]
+    assert f"--controller-namespace={NAMESPACE}" in args
+    assert "--lease-name=sa-lock" in args
+    assert "--resync=2m" in args
+    assert "--converge=false" in args
+    assert "--claim-rollout=true" in args
+    lease_rules = [r for r in rules(render({"controller": {"leaderElection": {"leaseName": "sa-lock"}}}), "Role")
+                   if r["resources"] == ["leases"] and "resourceNames" in r]
+    assert lease_rules[0]["resourceNames"] == ["sa-lock"]
+
+
 def test_policy_values_reach_the_flags():
     args = container(render({"policy": {"strictMaxUnavailable": True,
                                         "maxUnavailableFallback": False,
@@ -461,6 +475,7 @@ def test_policy_values_reach_the_flags():
 NOT_FOR_THE_CHART = {
     "--help", "--state", "--self-signed", "--self-signed-dir", "--self-signed-name",
     "--tls-cert", "--tls-key",  # set in certManager mode only
+    "--controller-identity",  # defaults to HOSTNAME, the pod name
 }
 
 
