@@ -12,6 +12,7 @@ use stateful_admission::admission::offline::{self, Phases};
 use stateful_admission::admission::{Context, Phase, Policy};
 use stateful_admission::certs::{self, rotation::Lifetimes, self_managed::SelfManagedConfig};
 use stateful_admission::cluster::{ClusterView, state_file};
+use stateful_admission::controller::max_unavailable::{self, GateMode};
 use stateful_admission::controller::{ControllerConfig, Features};
 use stateful_admission::server::{ListenerLimits, ServeConfig, Server, StateSource, TlsSource};
 use stateful_admission::telemetry::{self, LogFormat};
@@ -131,6 +132,7 @@ impl PolicyArgs {
             strict_max_unavailable: self.strict_max_unavailable,
             max_unavailable_fallback: self.max_unavailable_fallback,
             expansion_recovery: self.expansion_recovery,
+            ..Policy::default()
         }
     }
 }
@@ -251,6 +253,25 @@ struct ControllerArgs {
     /// Drive maxUnavailable rolling updates where the apiserver's gate is off.
     #[arg(long, env = "STATEFUL_ADMISSION_MAX_UNAVAILABLE_DRIVER", default_value_t = true, action = clap::ArgAction::Set)]
     max_unavailable_driver: bool,
+    /// The apiserver's MaxUnavailableStatefulSet gate: auto probes it with a dry-run create of
+    /// a StatefulSet in the controller namespace; enabled or disabled skips the probe.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_MAX_UNAVAILABLE_GATE",
+        value_enum,
+        default_value = "auto"
+    )]
+    max_unavailable_gate: GateArg,
+    /// Time between gate probes.
+    #[arg(long, env = "STATEFUL_ADMISSION_MAX_UNAVAILABLE_GATE_PROBE_INTERVAL", default_value = "1h", value_parser = parse_duration)]
+    max_unavailable_gate_probe_interval: Duration,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum GateArg {
+    Auto,
+    Enabled,
+    Disabled,
 }
 
 impl ControllerArgs {
@@ -275,6 +296,15 @@ impl ControllerArgs {
                 retroactive_default_class: self.retroactive_default_class,
                 conditions: self.statefulset_conditions,
                 max_unavailable: self.max_unavailable_driver,
+            },
+            max_unavailable: max_unavailable::Settings {
+                gate: match self.max_unavailable_gate {
+                    GateArg::Auto => GateMode::Auto,
+                    GateArg::Enabled => GateMode::Enabled,
+                    GateArg::Disabled => GateMode::Disabled,
+                },
+                probe_interval: self.max_unavailable_gate_probe_interval,
+                ..max_unavailable::Settings::default()
             },
             ..ControllerConfig::default()
         })

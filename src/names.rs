@@ -26,5 +26,8 @@ pub const JOURNAL_LABEL: &str = "stateful-admission.io/journal";
 /// Label the StatefulSet controller puts on every pod of a set (upstream
 /// `apps.StatefulSetPodNameLabel`); selects the pods the controller watches.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+/// Label the StatefulSet controller puts on every pod with the name of the
+/// ControllerRevision it was made from (upstream `apps.ControllerRevisionHashLabelKey`).
+pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
 /// Field manager and event reporter name of the companion controller.
 pub const CONTROLLER_NAME: &str = "stateful-admission";

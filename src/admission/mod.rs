@@ -44,6 +44,9 @@ pub struct Policy {
     /// Allow shrinking a claim's request to a value above its capacity (recovery from a
     /// failed expansion, KEP-1790); when off any decrease is denied.
     pub expansion_recovery: bool,
+    /// Whether the apiserver keeps StatefulSet `maxUnavailable`, as the controller's gate
+    /// probe last found it; set per request by the server, `Unknown` offline.
+    pub max_unavailable_gate: GateStatus,
 }
 
 impl Default for Policy {
@@ -52,6 +55,56 @@ impl Default for Policy {
             strict_max_unavailable: false,
             max_unavailable_fallback: true,
             expansion_recovery: true,
+            max_unavailable_gate: GateStatus::Unknown,
+        }
+    }
+}
+
+impl Policy {
+    /// Whether a set `maxUnavailable` should still be copied into the fallback annotation:
+    /// the flag is on and the apiserver is not known to keep the field. While unknown (no
+    /// probe yet, `review`, a replica that never led) the copy is kept, as it costs little.
+    pub fn needs_max_unavailable_fallback(&self) -> bool {
+        self.max_unavailable_fallback && self.max_unavailable_gate != GateStatus::Enabled
+    }
+
+    /// This policy with the gate as last probed.
+    pub fn with_max_unavailable_gate(&self, gate: GateStatus) -> Self {
+        Self {
+            max_unavailable_gate: gate,
+            ..self.clone()
+        }
+    }
+}
+
+/// The apiserver's `MaxUnavailableStatefulSet` gate as seen from outside: does a
+/// StatefulSet's `spec.updateStrategy.rollingUpdate.maxUnavailable` survive a write?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum GateStatus {
+    /// Not probed yet, or the probe failed.
+    #[default]
+    Unknown,
+    /// The field is kept; the built-in StatefulSet controller honours it.
+    Enabled,
+    /// The field is dropped; the companion controller drives the rollout.
+    Disabled,
+}
+
+impl GateStatus {
+    /// The value of the `max_unavailable_gate_enabled` metric: 1, 0, or -1 when unknown.
+    pub fn metric_value(self) -> i64 {
+        match self {
+            Self::Enabled => 1,
+            Self::Disabled => 0,
+            Self::Unknown => -1,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enabled => "enabled",
+            Self::Disabled => "disabled",
+            Self::Unknown => "unknown",
         }
     }
 }

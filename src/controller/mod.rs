@@ -64,6 +64,8 @@ pub struct ControllerConfig {
     /// Every object is reconciled again at least this often.
     pub resync: Duration,
     pub features: Features,
+    /// How the maxUnavailable driver learns the apiserver's gate.
+    pub max_unavailable: max_unavailable::Settings,
 }
 
 impl Default for ControllerConfig {
@@ -75,6 +77,7 @@ impl Default for ControllerConfig {
             timing: LeaseTiming::default(),
             resync: Duration::from_secs(300),
             features: Features::default(),
+            max_unavailable: max_unavailable::Settings::default(),
         }
     }
 }
@@ -88,7 +91,15 @@ pub struct Controller {
 impl Controller {
     pub fn new(config: ControllerConfig, registry: &mut Registry) -> Self {
         let metrics = Arc::new(metrics::ControllerMetrics::register(registry));
+        if config.features.max_unavailable {
+            metrics.max_unavailable.configure(&config.max_unavailable);
+        }
         Self { config, metrics }
+    }
+
+    /// The apiserver's maxUnavailable gate as this process knows it, shared with the webhook.
+    pub fn max_unavailable_gate(&self) -> max_unavailable::GateCell {
+        self.metrics.max_unavailable.gate_cell()
     }
 
     /// Campaigns for the Lease and runs the features while leading, until `stop`; then

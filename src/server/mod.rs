@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::Policy;
 use crate::cluster::{ClusterView, state_file, watch};
+use crate::controller::max_unavailable::GateCell;
 use crate::controller::{Controller, ControllerConfig};
 pub use listener::ListenerLimits;
 
@@ -84,9 +85,12 @@ impl Server {
         let stop_controller = CancellationToken::new();
 
         let (view, client) = start_view(&config.state, &readiness, &stop_background).await?;
+        // The controller probes the maxUnavailable gate; the webhook reads the same cell.
+        let mut max_unavailable_gate = GateCell::default();
         let controller = match (&config.controller, client) {
             (Some(cc), Some(client)) => {
                 let controller = Controller::new(cc.clone(), &mut registry);
+                max_unavailable_gate = controller.max_unavailable_gate();
                 Some(tokio::spawn(controller.run(
                     client,
                     view.clone(),
@@ -144,11 +148,10 @@ impl Server {
                 .await
         });
 
-        let state = Arc::new(routes::AdmissionState::new(
-            view,
-            config.policy.clone(),
-            metrics.clone(),
-        ));
+        let state = Arc::new(
+            routes::AdmissionState::new(view, config.policy.clone(), metrics.clone())
+                .with_max_unavailable_gate(max_unavailable_gate),
+        );
         let app = routes::router(state).layer(tower_http::timeout::TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             config.request_timeout,

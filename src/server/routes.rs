@@ -17,6 +17,7 @@ use tracing::{Instrument, field};
 use super::metrics::{Metrics, ReviewLabels};
 use crate::admission::{self, Context, Phase, Policy, offline};
 use crate::cluster::ClusterView;
+use crate::controller::max_unavailable::GateCell;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 
@@ -34,6 +35,9 @@ pub struct AdmissionState {
     pub policy: Policy,
     pub metrics: Arc<Metrics>,
     pub evaluator: Evaluator,
+    /// The apiserver's maxUnavailable gate as the controller's probe found it (the same
+    /// cell the controller writes when both run in `serve`; unknown otherwise).
+    pub max_unavailable_gate: GateCell,
 }
 
 impl AdmissionState {
@@ -43,7 +47,22 @@ impl AdmissionState {
             policy,
             metrics,
             evaluator: admission::evaluate,
+            max_unavailable_gate: GateCell::default(),
         }
+    }
+
+    /// Shares the controller's gate state with the rules.
+    pub fn with_max_unavailable_gate(self, gate: GateCell) -> Self {
+        Self {
+            max_unavailable_gate: gate,
+            ..self
+        }
+    }
+
+    /// The policy for one request: the flags, and the gate as last probed.
+    pub fn policy(&self) -> Policy {
+        self.policy
+            .with_max_unavailable_gate(self.max_unavailable_gate.get())
     }
 }
 
@@ -150,9 +169,10 @@ async fn handle(phase: Phase, state: &AdmissionState, headers: &HeaderMap, body:
         duration_us = field::Empty,
     );
     async {
+        let policy = state.policy();
         let ctx = Context {
             view: &state.view,
-            policy: &state.policy,
+            policy: &policy,
         };
         let verdict = (state.evaluator)(phase, &req, &ctx);
         let (allowed, mutated) = (verdict.is_allowed(), verdict.is_mutated());

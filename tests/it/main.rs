@@ -5,6 +5,7 @@ mod claim_rules;
 mod common;
 mod controller_runtime;
 mod fake_apiserver_tests;
+mod max_unavailable_driver;
 mod review_cli;
 mod serve_cluster;
 mod serve_tls;

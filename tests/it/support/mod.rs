@@ -5,3 +5,5 @@
 pub mod controller;
 #[allow(dead_code)]
 pub mod fake_apiserver;
+#[allow(dead_code)]
+pub mod statefulset_sim;

@@ -1,0 +1,237 @@
+//! maxUnavailable rolling updates where the apiserver's `MaxUnavailableStatefulSet` gate is
+//! off (KEP-961).
+//!
+//! Where the gate is off the apiserver drops `spec.updateStrategy.rollingUpdate.maxUnavailable`
+//! and the built-in StatefulSet controller replaces one pod at a time. The webhook keeps the
+//! user's value in `stateful-admission.io/max-unavailable`; here the controller deletes
+//! old-revision pods in batches within that budget, as the built-in controller does with the
+//! gate on, and lets the built-in controller re-create them at the update revision.
+//!
+//! - [`gate`]: the probe (a server-side dry run) and the shared [`GateCell`];
+//! - [`plan`]: pure planning of one step from the set, its pods and the clock;
+//! - [`act`]: the deletions (with uid and resourceVersion preconditions), events, metrics.
+
+pub mod act;
+pub mod gate;
+pub mod plan;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+pub use act::sync;
+pub use gate::{GateCell, GateMode, run_gate_probe};
+
+use crate::admission::GateStatus;
+
+/// Settings of the feature, from the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Probe the gate, or take its state from the operator.
+    pub gate: GateMode,
+    /// Time between probes.
+    pub probe_interval: Duration,
+    /// Time before probing again after a failed probe.
+    pub probe_retry: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            gate: GateMode::Auto,
+            probe_interval: Duration::from_secs(3600),
+            probe_retry: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SetLabels {
+    pub namespace: String,
+    pub name: String,
+    pub pod_management_policy: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    pub result: &'static str,
+}
+
+/// Metrics of the feature, and the gate state it shares with the webhook.
+#[derive(Debug)]
+pub struct Metrics {
+    gate: GateCell,
+    gate_enabled: Gauge,
+    probes: Family<ProbeLabels, Counter>,
+    max_unavailable: Family<SetLabels, Gauge>,
+    unavailable_replicas: Family<SetLabels, Gauge>,
+    deleted_pods: Counter,
+    /// Label sets in use per `(namespace, name)`, so that series of sets the driver no longer
+    /// handles (deleted, gate on, maxUnavailable removed) go away: bounded cardinality.
+    series: Mutex<HashMap<(String, String), SetLabels>>,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            gate: GateCell::default(),
+            gate_enabled: Gauge::default(),
+            probes: Family::default(),
+            max_unavailable: Family::default(),
+            unavailable_replicas: Family::default(),
+            deleted_pods: Counter::default(),
+            series: Mutex::new(HashMap::new()),
+        };
+        metrics.gate_enabled.set(GateStatus::Unknown.metric_value());
+        registry.register(
+            "max_unavailable_gate_enabled",
+            "Whether the apiserver keeps StatefulSet maxUnavailable (MaxUnavailableStatefulSet gate): 1 on, 0 off, -1 unknown",
+            metrics.gate_enabled.clone(),
+        );
+        registry.register(
+            "max_unavailable_gate_probes",
+            "Gate probes (server-side dry-run creates), by result",
+            metrics.probes.clone(),
+        );
+        registry.register(
+            "statefulset_max_unavailable",
+            "Effective maxUnavailable of StatefulSets whose rolling update the controller drives",
+            metrics.max_unavailable.clone(),
+        );
+        registry.register(
+            "statefulset_unavailable_replicas",
+            "Unavailable replicas of StatefulSets whose rolling update the controller drives",
+            metrics.unavailable_replicas.clone(),
+        );
+        registry.register(
+            "max_unavailable_pod_deletions",
+            "Pods deleted to drive maxUnavailable rolling updates",
+            metrics.deleted_pods.clone(),
+        );
+        metrics
+    }
+
+    /// The cell the webhook reads.
+    pub fn gate_cell(&self) -> GateCell {
+        self.gate.clone()
+    }
+
+    pub fn gate(&self) -> GateStatus {
+        self.gate.get()
+    }
+
+    /// Applies the settings that hold before any probe (a gate state set by flag).
+    pub fn configure(&self, settings: &Settings) {
+        if let Some(status) = settings.gate.configured() {
+            self.record_gate(status);
+        }
+    }
+
+    /// Stores a probe result; returns the previous state.
+    pub fn record_gate(&self, status: GateStatus) -> GateStatus {
+        self.gate_enabled.set(status.metric_value());
+        self.gate.set(status)
+    }
+
+    pub fn probed(&self, result: &'static str) {
+        self.probes.get_or_create(&ProbeLabels { result }).inc();
+    }
+
+    pub fn deleted(&self, pods: usize) {
+        self.deleted_pods.inc_by(pods as u64);
+    }
+
+    /// Records the gauges of a set the driver handles.
+    pub fn observe(&self, labels: SetLabels, max_unavailable: usize, unavailable: usize) {
+        let key = (labels.namespace.clone(), labels.name.clone());
+        let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = series.insert(key, labels.clone())
+            && old != labels
+        {
+            self.max_unavailable.remove(&old);
+            self.unavailable_replicas.remove(&old);
+        }
+        self.max_unavailable
+            .get_or_create(&labels)
+            .set(i64::try_from(max_unavailable).unwrap_or(i64::MAX));
+        self.unavailable_replicas
+            .get_or_create(&labels)
+            .set(i64::try_from(unavailable).unwrap_or(i64::MAX));
+    }
+
+    /// Drops the series of a set the driver no longer handles.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(labels) = series.remove(&(namespace.to_owned(), name.to_owned())) {
+            self.max_unavailable.remove(&labels);
+            self.unavailable_replicas.remove(&labels);
+        }
+    }
+
+    /// Drops the series of every set for which `exists` says no.
+    pub fn sweep(&self, exists: impl Fn(&str, &str) -> bool) {
+        let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        series.retain(|(namespace, name), labels| {
+            let keep = exists(namespace, name);
+            if !keep {
+                self.max_unavailable.remove(labels);
+                self.unavailable_replicas.remove(labels);
+            }
+            keep
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(name: &str, policy: &'static str) -> SetLabels {
+        SetLabels {
+            namespace: "db".into(),
+            name: name.into(),
+            pod_management_policy: policy,
+        }
+    }
+
+    fn text(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).expect("encodes");
+        out
+    }
+
+    #[test]
+    fn series_of_sets_no_longer_driven_are_removed() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        assert!(text(&registry).contains("max_unavailable_gate_enabled -1"));
+        metrics.observe(labels("a", "Parallel"), 2, 1);
+        metrics.observe(labels("b", "OrderedReady"), 3, 0);
+        let out = text(&registry);
+        assert!(out.contains(r#"statefulset_max_unavailable{namespace="db",name="a",pod_management_policy="Parallel"} 2"#), "{out}");
+        assert!(out.contains(r#"statefulset_unavailable_replicas{namespace="db",name="b",pod_management_policy="OrderedReady"} 0"#), "{out}");
+        // A set re-created with another policy keeps one series.
+        metrics.observe(labels("a", "OrderedReady"), 2, 0);
+        let out = text(&registry);
+        assert!(
+            !out.contains(r#"name="a",pod_management_policy="Parallel""#),
+            "{out}"
+        );
+        metrics.forget("db", "b");
+        metrics.sweep(|_, name| name != "a");
+        let out = text(&registry);
+        assert!(
+            !out.contains(r#"name="a""#) && !out.contains(r#"name="b""#),
+            "{out}"
+        );
+        metrics.record_gate(GateStatus::Disabled);
+        assert!(text(&registry).contains("max_unavailable_gate_enabled 0"));
+        assert_eq!(metrics.gate_cell().get(), GateStatus::Disabled);
+    }
+}

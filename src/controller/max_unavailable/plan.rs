@@ -1,0 +1,1142 @@
+//! One maxUnavailable step for one StatefulSet, planned from the set and its pods: pure, with
+//! the clock passed in.
+//!
+//! The reference is kube-controller-manager's StatefulSet controller with the
+//! `MaxUnavailableStatefulSet` gate on (pkg/controller/statefulset/stateful_set_control.go,
+//! `updateStatefulSetAfterInvariantEstablished`), including the 1.37 change for `Parallel`
+//! (kubernetes#137666, fixing #137409): old-revision pods that are already unavailable are
+//! replaced first, without spending the budget, so a broken old revision cannot stall the
+//! rollout. Under `OrderedReady` upstream reaches the rolling step only once every replica is
+//! Running and Available (`processReplica` returns early in monotonic mode); so do we.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::admission::statefulset::max_unavailable::{
+    self as rules, IntOrPercent, MAX_UNAVAILABLE_PATH,
+};
+use crate::names;
+
+/// `spec.podManagementPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PodManagement {
+    OrderedReady,
+    Parallel,
+}
+
+impl PodManagement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OrderedReady => "OrderedReady",
+            Self::Parallel => "Parallel",
+        }
+    }
+}
+
+/// Where a set's maxUnavailable comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `spec.updateStrategy.rollingUpdate.maxUnavailable`, stored while the gate was on.
+    Native,
+    /// `stateful-admission.io/max-unavailable`, written by the webhook.
+    Annotation,
+}
+
+/// A set whose rolling update this controller drives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollout {
+    pub uid: String,
+    pub policy: PodManagement,
+    pub replicas: i64,
+    /// Replicas at a position below this are never touched. Upstream compares the position
+    /// in the replica list (ordinal minus `spec.ordinals.start`), not the ordinal.
+    pub partition: usize,
+    /// Effective value: percent of replicas rounded down, at least 1 (above 1 here).
+    pub max_unavailable: usize,
+    pub source: Source,
+    pub min_ready_seconds: i64,
+    pub update_revision: String,
+}
+
+/// Why a set is left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skip {
+    /// The set is being deleted.
+    Deleting,
+    /// `OnDelete` (or a type the apiserver would reject).
+    NotRollingUpdate,
+    /// Neither the native field nor the annotation is set.
+    Unset,
+    /// Resolves to 1: the built-in controller's one-at-a-time update is already that.
+    AtMostOne,
+    /// The value does not validate (the webhook denies it; it may predate the webhook).
+    Invalid(String),
+    /// `partition >= replicas` (or no replicas): the rollout is paused.
+    Paused,
+    /// The built-in controller has not seen the latest spec: its revisions may be stale.
+    NotObserved,
+    /// No `status.updateRevision` yet.
+    NoUpdateRevision,
+    /// Without a uid the pods' ownership cannot be told.
+    NoUid,
+}
+
+/// Reads what the driver needs from the set, or why it should not act on it.
+pub fn rollout(set: &StatefulSet) -> Result<Rollout, Skip> {
+    let meta = &set.metadata;
+    if meta.deletion_timestamp.is_some() {
+        return Err(Skip::Deleting);
+    }
+    let spec = &set.spec;
+    let strategy = spec.update_strategy.as_ref();
+    match strategy.and_then(|s| s.type_.as_deref()) {
+        None | Some("RollingUpdate") => {}
+        Some(_) => return Err(Skip::NotRollingUpdate),
+    }
+    let rolling = strategy.and_then(|s| s.rolling_update.as_ref());
+    let replicas = i64::from(spec.replicas.unwrap_or(1));
+    // A native value wins over the annotation, as in the webhook.
+    let (value, source) = match rolling.and_then(|r| r.max_unavailable.as_ref()) {
+        Some(native) => {
+            let value = match native {
+                IntOrString::Int(i) => IntOrPercent::Int(i64::from(*i)),
+                IntOrString::String(s) => IntOrPercent::Str(s.clone()),
+            };
+            if let Some(error) = rules::validate_int_or_percent(&value, MAX_UNAVAILABLE_PATH)
+                .into_iter()
+                .next()
+            {
+                return Err(Skip::Invalid(error.to_string()));
+            }
+            (value, Source::Native)
+        }
+        None => {
+            let raw = meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(names::MAX_UNAVAILABLE))
+                .ok_or(Skip::Unset)?;
+            let value = rules::annotation_value(raw).map_err(|errors| {
+                Skip::Invalid(errors.first().map(ToString::to_string).unwrap_or_default())
+            })?;
+            (value, Source::Annotation)
+        }
+    };
+    let effective = rules::effective(&value, replicas);
+    if effective <= 1 {
+        return Err(Skip::AtMostOne);
+    }
+    let partition = rolling
+        .and_then(|r| r.partition)
+        .map_or(0, |p| i64::from(p.max(0)));
+    if replicas <= 0 || partition >= replicas {
+        return Err(Skip::Paused);
+    }
+    let status = set.status.as_ref();
+    let observed = status.and_then(|s| s.observed_generation).unwrap_or(0);
+    if observed < meta.generation.unwrap_or(0) {
+        return Err(Skip::NotObserved);
+    }
+    let update_revision = status
+        .and_then(|s| s.update_revision.clone())
+        .filter(|r| !r.is_empty())
+        .ok_or(Skip::NoUpdateRevision)?;
+    let uid = meta
+        .uid
+        .clone()
+        .filter(|u| !u.is_empty())
+        .ok_or(Skip::NoUid)?;
+    let policy = match spec.pod_management_policy.as_deref() {
+        Some("Parallel") => PodManagement::Parallel,
+        _ => PodManagement::OrderedReady,
+    };
+    Ok(Rollout {
+        uid,
+        policy,
+        replicas,
+        partition: usize::try_from(partition).unwrap_or(usize::MAX),
+        max_unavailable: usize::try_from(effective).unwrap_or(usize::MAX),
+        source,
+        min_ready_seconds: i64::from(spec.min_ready_seconds.unwrap_or(0).max(0)),
+        update_revision,
+    })
+}
+
+/// One replica's state as the upstream controller judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// Running, Ready, for at least `minReadySeconds`, not terminating.
+    Available,
+    /// Running and Ready, available once `minReadySeconds` have passed: in this long.
+    AvailableIn(Duration),
+    /// Not Running and Ready (or Ready with no transition time under `minReadySeconds`).
+    NotReady,
+    /// Has a deletion timestamp.
+    Terminating,
+    /// No pod, or one this set does not control (upstream's controller does not see it).
+    Missing,
+}
+
+impl Health {
+    pub fn is_available(self) -> bool {
+        self == Self::Available
+    }
+}
+
+/// `isUnavailable` = not (Running and `podutil.IsPodAvailable`) or terminating.
+/// `IsPodAvailable`: Ready, and `minReadySeconds` zero or the Ready condition's
+/// `lastTransitionTime + minReadySeconds` strictly before now.
+pub fn health(pod: &Pod, min_ready_seconds: i64, now: Timestamp) -> Health {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Health::Terminating;
+    }
+    let status = pod.status.as_ref();
+    if status.and_then(|s| s.phase.as_deref()) != Some("Running") {
+        return Health::NotReady;
+    }
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .filter(|c| c.status == "True");
+    let Some(ready) = ready else {
+        return Health::NotReady;
+    };
+    if min_ready_seconds == 0 {
+        return Health::Available;
+    }
+    let Some(since) = ready.last_transition_time.as_ref().map(|t| t.0) else {
+        return Health::NotReady;
+    };
+    let available_at = since.checked_add(SignedDuration::from_secs(min_ready_seconds));
+    match available_at {
+        Ok(at) if at < now => Health::Available,
+        // Timestamps have whole seconds: one more second makes `at < now` hold then.
+        Ok(at) => Health::AvailableIn(
+            Duration::try_from(now.duration_until(at))
+                .unwrap_or_default()
+                .saturating_add(Duration::from_secs(1)),
+        ),
+        Err(_) => Health::NotReady,
+    }
+}
+
+/// A pod to delete, with the preconditions that make the delete safe against a stale view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    pub ordinal: u32,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    /// Already unavailable: replacing it costs none of the budget.
+    pub already_unavailable: bool,
+}
+
+/// Why no (further) pod is deleted now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Every replica from the partition up is at the update revision (or being replaced).
+    Nothing,
+    /// `OrderedReady`: a batch starts only when every replica is available.
+    NotAllAvailable,
+    /// The unavailable replicas use the whole budget.
+    BudgetUsed,
+}
+
+/// What to do for one set now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub max_unavailable: usize,
+    /// Unavailable replicas over all ordinals, before the deletions.
+    pub unavailable: usize,
+    /// Old-revision pods at or above the partition, not terminating, before the deletions.
+    pub outdated: usize,
+    /// Highest ordinal first (already unavailable ones first under `Parallel`).
+    pub deletions: Vec<Deletion>,
+    pub hold: Hold,
+    /// A Ready pod becomes available after `minReadySeconds` without any event: look then.
+    pub recheck_after: Option<Duration>,
+}
+
+struct Replica<'a> {
+    position: usize,
+    ordinal: u32,
+    /// The pod, if this set controls it.
+    pod: Option<&'a Pod>,
+    health: Health,
+}
+
+impl Replica<'_> {
+    /// Being replaced for the update: gone, or terminating at an old revision.
+    fn is_being_replaced(&self, rollout: &Rollout, present: bool) -> bool {
+        match self.health {
+            Health::Missing => !present,
+            Health::Terminating => self
+                .pod
+                .is_some_and(|p| revision(p) != Some(&rollout.update_revision)),
+            _ => false,
+        }
+    }
+}
+
+fn revision(pod: &Pod) -> Option<&String> {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::CONTROLLER_REVISION_HASH_LABEL))
+}
+
+impl Replica<'_> {
+    /// An old-revision pod at or above the partition that is not already going.
+    fn deletion(&self, rollout: &Rollout) -> Option<Deletion> {
+        let pod = self.pod?;
+        if self.position < rollout.partition
+            || matches!(self.health, Health::Missing | Health::Terminating)
+        {
+            return None;
+        }
+        if revision(pod) == Some(&rollout.update_revision) {
+            return None;
+        }
+        Some(Deletion {
+            ordinal: self.ordinal,
+            name: pod.metadata.name.clone()?,
+            uid: pod.metadata.uid.clone()?,
+            resource_version: pod.metadata.resource_version.clone()?,
+            already_unavailable: !self.health.is_available(),
+        })
+    }
+}
+
+fn controlled_by(pod: &Pod, uid: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// Plans one step: `pods` holds every ordinal of the set in order (as in
+/// [`SetSnapshot`](crate::controller::SetSnapshot)), `now` is the clock.
+pub fn plan(rollout: &Rollout, pods: &[(u32, Option<Arc<Pod>>)], now: Timestamp) -> Plan {
+    let replicas: Vec<Replica<'_>> = pods
+        .iter()
+        .enumerate()
+        .map(|(position, (ordinal, pod))| {
+            let pod = pod.as_deref().filter(|p| controlled_by(p, &rollout.uid));
+            let health = pod.map_or(Health::Missing, |p| {
+                health(p, rollout.min_ready_seconds, now)
+            });
+            Replica {
+                position,
+                ordinal: *ordinal,
+                pod,
+                health,
+            }
+        })
+        .collect();
+    let unavailable = replicas.iter().filter(|r| !r.health.is_available()).count();
+    let recheck_after = replicas
+        .iter()
+        .filter_map(|r| match r.health {
+            Health::AvailableIn(d) => Some(d),
+            _ => None,
+        })
+        .min();
+    // Highest ordinal first, as upstream walks `replicas` from the end down to the partition.
+    let candidates: Vec<Deletion> = replicas
+        .iter()
+        .rev()
+        .filter_map(|r| r.deletion(rollout))
+        .collect();
+    let highest_candidate = replicas
+        .iter()
+        .rev()
+        .find(|r| r.deletion(rollout).is_some())
+        .map(|r| r.position);
+    let max = rollout.max_unavailable;
+    let mut plan = Plan {
+        max_unavailable: max,
+        unavailable,
+        outdated: candidates.len(),
+        deletions: Vec::new(),
+        hold: Hold::Nothing,
+        recheck_after,
+    };
+    if candidates.is_empty() {
+        return plan;
+    }
+    let budget = max.saturating_sub(unavailable);
+    match rollout.policy {
+        PodManagement::OrderedReady => {
+            // Upstream starts a batch only when every replica is available. With the gate off
+            // the built-in controller starts each step itself, deleting the top old pod in the
+            // same sync that reveals the new revision; a batch may join it: the unavailable
+            // replicas must be exactly those being replaced directly above the next pod to
+            // delete (a re-created pod above a missing one means the last batch is not done).
+            let joins_batch = highest_candidate.is_some_and(|top| {
+                replicas
+                    .iter()
+                    .filter(|r| !r.health.is_available())
+                    .enumerate()
+                    .all(|(i, r)| {
+                        r.position == top + 1 + i
+                            && r.is_being_replaced(
+                                rollout,
+                                pods.get(r.position).is_some_and(|(_, p)| p.is_some()),
+                            )
+                    })
+            });
+            if unavailable > 0 && !joins_batch {
+                plan.hold = Hold::NotAllAvailable;
+                return plan;
+            }
+            plan.deletions = candidates.into_iter().take(budget).collect();
+        }
+        PodManagement::Parallel => {
+            // Phase 1: old pods that are unavailable anyway, at most maxUnavailable a step.
+            let (broken, healthy): (Vec<_>, Vec<_>) =
+                candidates.into_iter().partition(|d| d.already_unavailable);
+            plan.deletions.extend(broken.into_iter().take(max));
+            // Phase 2: each deletion of an available pod adds one unavailable replica.
+            plan.deletions.extend(healthy.into_iter().take(budget));
+        }
+    }
+    if plan.deletions.len() < plan.outdated {
+        plan.hold = Hold::BudgetUsed;
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::{
+        RollingUpdateStatefulSetStrategy, StatefulSetOrdinals, StatefulSetSpec, StatefulSetStatus,
+        StatefulSetUpdateStrategy,
+    };
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+    use std::collections::BTreeMap;
+
+    const SET_UID: &str = "set-uid";
+    const OLD: &str = "web-old";
+    const NEW: &str = "web-new";
+
+    fn now() -> Timestamp {
+        "2026-05-01T12:00:00Z".parse().expect("timestamp")
+    }
+
+    /// A set of `replicas` with maxUnavailable in the annotation (as the webhook writes it
+    /// where the gate is off), observed by the built-in controller, updating to `NEW`.
+    fn set(replicas: i32, partition: i32, max_unavailable: &str) -> StatefulSet {
+        StatefulSet {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("db".into()),
+                uid: Some(SET_UID.into()),
+                generation: Some(2),
+                annotations: Some(BTreeMap::from([(
+                    names::MAX_UNAVAILABLE.to_owned(),
+                    max_unavailable.to_owned(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: StatefulSetSpec {
+                replicas: Some(replicas),
+                update_strategy: Some(StatefulSetUpdateStrategy {
+                    type_: Some("RollingUpdate".into()),
+                    rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                        partition: Some(partition),
+                        max_unavailable: None,
+                    }),
+                }),
+                ..StatefulSetSpec::default()
+            },
+            status: Some(StatefulSetStatus {
+                observed_generation: Some(2),
+                update_revision: Some(NEW.into()),
+                current_revision: Some(OLD.into()),
+                ..StatefulSetStatus::default()
+            }),
+        }
+    }
+
+    fn with_policy(mut s: StatefulSet, policy: PodManagement) -> StatefulSet {
+        s.spec.pod_management_policy = Some(policy.as_str().into());
+        s
+    }
+
+    fn with_min_ready(mut s: StatefulSet, seconds: i32) -> StatefulSet {
+        s.spec.min_ready_seconds = Some(seconds);
+        s
+    }
+
+    /// How a test pod looks.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum P {
+        /// Running and Ready for an hour.
+        Up,
+        /// Running and Ready since this many seconds.
+        ReadyFor(i64),
+        /// Running, not Ready.
+        NotReady,
+        /// Pending.
+        Pending,
+        /// Deletion timestamp set (still Ready).
+        Terminating,
+        /// No pod.
+        Gone,
+        /// Ready, but controlled by another owner.
+        Foreign,
+    }
+
+    fn pod(ordinal: u32, revision: &str, p: P) -> Option<Arc<Pod>> {
+        let ready_since = match p {
+            P::ReadyFor(s) => now() - SignedDuration::from_secs(s),
+            _ => now() - SignedDuration::from_hours(1),
+        };
+        let ready = matches!(p, P::Up | P::ReadyFor(_) | P::Terminating | P::Foreign);
+        let owner = if p == P::Foreign { "other" } else { SET_UID };
+        (p != P::Gone).then(|| {
+            Arc::new(Pod {
+                metadata: ObjectMeta {
+                    name: Some(format!("web-{ordinal}")),
+                    uid: Some(format!("uid-{ordinal}")),
+                    resource_version: Some(format!("{}", 100 + ordinal)),
+                    labels: Some(BTreeMap::from([(
+                        names::CONTROLLER_REVISION_HASH_LABEL.to_owned(),
+                        revision.to_owned(),
+                    )])),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "apps/v1".into(),
+                        kind: "StatefulSet".into(),
+                        name: "web".into(),
+                        uid: owner.into(),
+                        controller: Some(true),
+                        ..OwnerReference::default()
+                    }]),
+                    deletion_timestamp: (p == P::Terminating).then(|| Time(now())),
+                    ..ObjectMeta::default()
+                },
+                spec: None,
+                status: Some(PodStatus {
+                    phase: Some(
+                        if p == P::Pending {
+                            "Pending"
+                        } else {
+                            "Running"
+                        }
+                        .into(),
+                    ),
+                    conditions: Some(vec![PodCondition {
+                        type_: "Ready".into(),
+                        status: if ready { "True" } else { "False" }.into(),
+                        last_transition_time: Some(Time(ready_since)),
+                        ..PodCondition::default()
+                    }]),
+                    ..PodStatus::default()
+                }),
+            })
+        })
+    }
+
+    /// Pods `0..states.len()`, each old-revision unless listed in `new`.
+    fn pods(states: &[P], new: &[u32]) -> Vec<(u32, Option<Arc<Pod>>)> {
+        (0u32..)
+            .zip(states)
+            .map(|(n, p)| {
+                let revision = if new.contains(&n) { NEW } else { OLD };
+                (n, pod(n, revision, *p))
+            })
+            .collect()
+    }
+
+    fn deleted(plan: &Plan) -> Vec<u32> {
+        plan.deletions.iter().map(|d| d.ordinal).collect()
+    }
+
+    fn plan_for(s: &StatefulSet, pods: &[(u32, Option<Arc<Pod>>)]) -> Plan {
+        let rollout = rollout(s).expect("the driver handles this set");
+        plan(&rollout, pods, now())
+    }
+
+    /// Upstream `TestStatefulSetControlRollingUpdateWithMaxUnavailableInOrderedModeVerifyInvariant`:
+    /// 6 replicas, partition 3, maxUnavailable 2, every pod Running and Ready at the old
+    /// revision except the terminating ones; upstream deletes `2 - terminating` pods (at least
+    /// 0). It calls the rolling step directly, which our `Parallel` plan is; `OrderedReady`
+    /// first waits for every replica (upstream's `processReplica`), except that a batch joins
+    /// the top pod's replacement the built-in controller started (`[5]` terminating).
+    #[test]
+    fn terminating_pods_use_the_budget_like_upstream() {
+        let rows: [(&[u32], &[u32], &[u32]); 10] = [
+            // terminating → deleted (Parallel), deleted (OrderedReady)
+            (&[], &[5, 4], &[5, 4]),
+            (&[5], &[4], &[4]),
+            (&[3], &[5], &[]),
+            (&[4], &[5], &[]),
+            (&[5, 4], &[], &[]),
+            (&[5, 3], &[], &[]),
+            (&[4, 3], &[], &[]),
+            (&[5, 4, 3], &[], &[]),
+            // below the partition: counted, never touched
+            (&[2], &[5], &[]),
+            (&[1], &[5], &[]),
+        ];
+        for (terminating, want_parallel, want_ordered) in rows {
+            let states: Vec<P> = (0..6)
+                .map(|n| {
+                    if terminating.contains(&n) {
+                        P::Terminating
+                    } else {
+                        P::Up
+                    }
+                })
+                .collect();
+            let pods = pods(&states, &[]);
+            for (policy, want) in [
+                (PodManagement::Parallel, want_parallel),
+                (PodManagement::OrderedReady, want_ordered),
+            ] {
+                let plan = plan_for(&with_policy(set(6, 3, "2"), policy), &pods);
+                assert_eq!(
+                    deleted(&plan),
+                    want,
+                    "{policy:?}, terminating {terminating:?}"
+                );
+                assert_eq!(plan.unavailable, terminating.len());
+                assert!(
+                    plan.deletions.iter().all(|d| !d.already_unavailable),
+                    "{policy:?}: terminating pods are never deleted again"
+                );
+            }
+        }
+    }
+
+    /// Upstream `TestStatefulSetControlRollingUpdateWithMaxUnavailable`, step by step:
+    /// 6 replicas, partition 3, maxUnavailable 2, for both policies.
+    #[test]
+    fn rolling_update_steps_follow_upstream() {
+        use P::*;
+        type Row = (&'static str, [P; 6], &'static [u32], &'static [u32]);
+        let parallel: [Row; 4] = [
+            ("all up: 5 and 4 go", [Up; 6], &[], &[5, 4]),
+            (
+                "4 ready, 5 still starting: 3 goes",
+                [Up, Up, Up, Up, Up, NotReady],
+                &[4, 5],
+                &[3],
+            ),
+            (
+                "both re-created, not ready: budget used",
+                [Up, Up, Up, Up, Pending, Pending],
+                &[4, 5],
+                &[],
+            ),
+            (
+                "3, 4, 5 updated and ready: nothing below the partition",
+                [Up; 6],
+                &[3, 4, 5],
+                &[],
+            ),
+        ];
+        let ordered: [Row; 4] = [
+            ("all up: 5 and 4 go", [Up; 6], &[], &[5, 4]),
+            (
+                "4 ready, 5 not yet re-created: wait",
+                [Up, Up, Up, Up, Up, Gone],
+                &[4],
+                &[],
+            ),
+            ("4 and 5 ready: 3 goes", [Up; 6], &[4, 5], &[3]),
+            ("3, 4, 5 updated and ready", [Up; 6], &[3, 4, 5], &[]),
+        ];
+        for (policy, rows) in [
+            (PodManagement::Parallel, parallel),
+            (PodManagement::OrderedReady, ordered),
+        ] {
+            for (step, states, new, want) in rows {
+                let plan = plan_for(&with_policy(set(6, 3, "2"), policy), &pods(&states, new));
+                assert_eq!(deleted(&plan), want, "{policy:?}: {step}");
+            }
+        }
+    }
+
+    /// With the gate off the built-in controller deletes the top old pod itself as soon as
+    /// every replica is available; an `OrderedReady` batch joins that deletion (counting it)
+    /// instead of waiting for it, and only that.
+    #[test]
+    fn ordered_ready_batches_join_the_builtin_controllers_deletion() {
+        use P::*;
+        type Row = (
+            &'static str,
+            [P; 6],
+            &'static [u32],
+            &'static str,
+            &'static [u32],
+        );
+        let rows: [Row; 8] = [
+            (
+                "top pod deleted by the built-in controller",
+                [Up, Up, Up, Up, Up, Gone],
+                &[],
+                "2",
+                &[4],
+            ),
+            (
+                "top pod terminating at the old revision",
+                [Up, Up, Up, Up, Up, Terminating],
+                &[],
+                "2",
+                &[4],
+            ),
+            (
+                "a larger budget joins with more",
+                [Up, Up, Up, Up, Up, Gone],
+                &[],
+                "3",
+                &[4, 3],
+            ),
+            (
+                "the re-created top pod is not ready yet",
+                [Up, Up, Up, Up, Up, Pending],
+                &[5],
+                "2",
+                &[],
+            ),
+            (
+                "a new pod terminating is no update step",
+                [Up, Up, Up, Up, Up, Terminating],
+                &[5],
+                "2",
+                &[],
+            ),
+            (
+                "the last batch is not done: 5 gone above the new 4",
+                [Up, Up, Up, Up, Up, Gone],
+                &[4],
+                "2",
+                &[],
+            ),
+            (
+                "a replica gone far below the next pod",
+                [Up, Up, Gone, Up, Up, Up],
+                &[],
+                "2",
+                &[],
+            ),
+            (
+                "a pod of another owner in the top place",
+                [Up, Up, Up, Up, Up, Foreign],
+                &[],
+                "2",
+                &[],
+            ),
+        ];
+        for (name, states, new, max, want) in rows {
+            let s = with_policy(set(6, 0, max), PodManagement::OrderedReady);
+            let plan = plan_for(&s, &pods(&states, new));
+            assert_eq!(deleted(&plan), want, "{name}");
+            assert!(
+                plan.unavailable + plan.deletions.len() <= plan.max_unavailable || want.is_empty(),
+                "{name}"
+            );
+        }
+    }
+
+    /// Upstream `TestStatefulSetMetrics`: effective maxUnavailable (percent rounds down) and
+    /// the unavailable count; OrderedReady rows make pods not Ready, Parallel rows terminating.
+    /// Rows resolving to 1 are left to the built-in controller here, so the gauge values are
+    /// checked on the resolution alone.
+    #[test]
+    fn gauges_match_upstream_metrics_table() {
+        use IntOrString::{Int, String as Str};
+        let rows: [(&str, i32, IntOrString, PodManagement, usize, i64); 8] = [
+            (
+                "ordered pods within limit",
+                5,
+                Int(2),
+                PodManagement::OrderedReady,
+                1,
+                2,
+            ),
+            (
+                "parallel pods exceeding limit",
+                10,
+                Str("20%".into()),
+                PodManagement::Parallel,
+                3,
+                2,
+            ),
+            (
+                "ordered pods exactly at limit",
+                6,
+                Int(3),
+                PodManagement::OrderedReady,
+                3,
+                3,
+            ),
+            (
+                "parallel pods all available",
+                4,
+                Int(1),
+                PodManagement::Parallel,
+                0,
+                1,
+            ),
+            (
+                "ordered pods with percentage",
+                8,
+                Str("25%".into()),
+                PodManagement::OrderedReady,
+                1,
+                2,
+            ),
+            (
+                "parallel pods with large percentage",
+                5,
+                Str("80%".into()),
+                PodManagement::Parallel,
+                4,
+                4,
+            ),
+            (
+                "small statefulset with maxUnavailable 1",
+                2,
+                Int(1),
+                PodManagement::OrderedReady,
+                1,
+                1,
+            ),
+            (
+                "single pod statefulset",
+                1,
+                Int(1),
+                PodManagement::Parallel,
+                1,
+                1,
+            ),
+        ];
+        for (name, replicas, value, policy, unavailable, want_max) in rows {
+            let mut s = with_policy(set(replicas, 0, "1"), policy);
+            if let Some(r) = s
+                .spec
+                .update_strategy
+                .as_mut()
+                .and_then(|u| u.rolling_update.as_mut())
+            {
+                r.max_unavailable = Some(value);
+            }
+            let down = if policy == PodManagement::Parallel {
+                P::Terminating
+            } else {
+                P::NotReady
+            };
+            let states: Vec<P> = (0..replicas as usize)
+                .map(|n| if n < unavailable { down } else { P::Up })
+                .collect();
+            match rollout(&s) {
+                Ok(r) => {
+                    assert_eq!(r.source, Source::Native, "{name}");
+                    let plan = plan(&r, &pods(&states, &[]), now());
+                    assert_eq!(plan.max_unavailable as i64, want_max, "{name}");
+                    assert_eq!(plan.unavailable, unavailable, "{name}");
+                    assert!(
+                        plan.unavailable + plan.deletions.len() <= plan.max_unavailable
+                            || plan.deletions.is_empty(),
+                        "{name}: never beyond the budget"
+                    );
+                }
+                Err(skip) => {
+                    assert_eq!(want_max, 1, "{name}");
+                    assert_eq!(skip, Skip::AtMostOne, "{name}");
+                }
+            }
+        }
+    }
+
+    /// The 1.37 change for `Parallel` (kubernetes#137666): old pods that are unavailable
+    /// anyway are replaced first and cost no budget; `OrderedReady` still waits.
+    #[test]
+    fn broken_old_pods_are_replaced_first_under_parallel() {
+        use P::*;
+        type Row = (
+            &'static str,
+            &'static [P],
+            i32,
+            &'static str,
+            &'static [u32],
+        );
+        let rows: [Row; 6] = [
+            (
+                "every pod broken at the old revision: the rollout is not stuck",
+                &[NotReady, NotReady, NotReady],
+                0,
+                "2",
+                &[2, 1],
+            ),
+            (
+                "broken pods at the bottom go before good ones at the top",
+                &[NotReady, NotReady, NotReady, Up, Up],
+                0,
+                "2",
+                &[2, 1],
+            ),
+            (
+                "one broken: it goes, and the budget left takes the top one",
+                &[Up, NotReady, Up, Up, Up, Up],
+                0,
+                "2",
+                &[1, 5],
+            ),
+            (
+                "broken below the partition: counted, not touched",
+                &[Up, NotReady, Up, Up, Up, Up],
+                3,
+                "2",
+                &[5],
+            ),
+            (
+                "pending and gone pods are unavailable too",
+                &[Up, Up, Pending, Gone, Up, Up],
+                0,
+                "3",
+                &[2, 5],
+            ),
+            (
+                "terminating and broken: the broken one is replaced, no budget left",
+                &[Terminating, Terminating, NotReady, Up],
+                0,
+                "2",
+                &[2],
+            ),
+        ];
+        for (name, states, partition, max, want) in rows {
+            let replicas = states.len() as i32;
+            let pods = pods(states, &[]);
+            let parallel = with_policy(set(replicas, partition, max), PodManagement::Parallel);
+            let plan = plan_for(&parallel, &pods);
+            assert_eq!(deleted(&plan), want, "{name}");
+            let healthy_deleted = plan
+                .deletions
+                .iter()
+                .filter(|d| !d.already_unavailable)
+                .count();
+            assert!(
+                plan.unavailable + healthy_deleted <= plan.max_unavailable || healthy_deleted == 0,
+                "{name}: unavailable stays within maxUnavailable"
+            );
+            let ordered = with_policy(set(replicas, partition, max), PodManagement::OrderedReady);
+            assert_eq!(
+                deleted(&plan_for(&ordered, &pods)),
+                Vec::<u32>::new(),
+                "{name}: OrderedReady waits for every replica"
+            );
+        }
+    }
+
+    /// Upstream `TestStatefulSetRollingUpdateRespectsMinReadySeconds` and
+    /// `TestStatefulSetPartitionRollingUpdateWithMinReadySeconds`: pods Ready for less than
+    /// `minReadySeconds` are unavailable; the plan says when to look again.
+    #[test]
+    fn min_ready_seconds_hold_the_rollout() {
+        for policy in [PodManagement::OrderedReady, PodManagement::Parallel] {
+            let s = with_min_ready(with_policy(set(4, 2, "2"), policy), 30);
+            let young = pods(&[P::ReadyFor(10); 4], &[]);
+            let plan = plan_for(&s, &young);
+            assert_eq!(plan.unavailable, 4, "{policy:?}");
+            assert_eq!(plan.recheck_after, Some(Duration::from_secs(21)));
+            // OrderedReady (upstream's tests) waits; under Parallel old pods that are not yet
+            // available count as broken ones and are replaced, at most maxUnavailable a step.
+            let want: &[u32] = match policy {
+                PodManagement::OrderedReady => &[],
+                PodManagement::Parallel => &[3, 2],
+            };
+            assert_eq!(deleted(&plan), want, "{policy:?}");
+
+            let mixed = pods(
+                &[
+                    P::ReadyFor(60),
+                    P::ReadyFor(60),
+                    P::ReadyFor(60),
+                    P::ReadyFor(25),
+                ],
+                &[],
+            );
+            let plan = plan_for(&s, &mixed);
+            assert_eq!(plan.unavailable, 1, "{policy:?}");
+            assert_eq!(plan.recheck_after, Some(Duration::from_secs(6)));
+            // OrderedReady waits for pod 3; Parallel replaces it first (unavailable anyway)
+            // and takes 2 with the budget left.
+            let want: &[u32] = match policy {
+                PodManagement::OrderedReady => &[],
+                PodManagement::Parallel => &[3, 2],
+            };
+            assert_eq!(deleted(&plan), want, "{policy:?}");
+
+            let old_enough = pods(&[P::ReadyFor(31); 4], &[]);
+            let plan = plan_for(&s, &old_enough);
+            assert_eq!((plan.unavailable, plan.recheck_after), (0, None));
+            assert_eq!(deleted(&plan), [3, 2], "{policy:?}");
+        }
+        // Exactly minReadySeconds is not yet available (upstream: strictly before now).
+        let s = with_min_ready(set(3, 0, "2"), 30);
+        let plan = plan_for(&s, &pods(&[P::ReadyFor(30); 3], &[]));
+        assert_eq!(plan.unavailable, 3);
+        assert_eq!(plan.recheck_after, Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn pods_the_set_does_not_control_count_as_missing_and_stay() {
+        let states = [P::Up, P::Up, P::Up, P::Foreign];
+        let plan = plan_for(
+            &with_policy(set(4, 0, "2"), PodManagement::Parallel),
+            &pods(&states, &[]),
+        );
+        assert_eq!(plan.unavailable, 1);
+        assert_eq!(deleted(&plan), [2]);
+    }
+
+    #[test]
+    fn deletions_carry_preconditions_and_the_budget_is_never_exceeded() {
+        let plan = plan_for(&set(10, 0, "30%"), &pods(&[P::Up; 10], &[]));
+        assert_eq!(plan.max_unavailable, 3);
+        assert_eq!(deleted(&plan), [9, 8, 7]);
+        assert_eq!(plan.outdated, 10);
+        assert_eq!(plan.hold, Hold::BudgetUsed);
+        assert_eq!(
+            plan.deletions[0],
+            Deletion {
+                ordinal: 9,
+                name: "web-9".into(),
+                uid: "uid-9".into(),
+                resource_version: "109".into(),
+                already_unavailable: false,
+            }
+        );
+        // More budget than pods to update: only the old ones at or above the partition go.
+        let plan = plan_for(&set(4, 1, "100%"), &pods(&[P::Up; 4], &[3]));
+        assert_eq!(deleted(&plan), [2, 1]);
+        assert_eq!(plan.hold, Hold::Nothing);
+        // Done: nothing old is left.
+        let plan = plan_for(&set(4, 0, "2"), &pods(&[P::Up; 4], &[0, 1, 2, 3]));
+        assert_eq!(
+            (deleted(&plan), plan.outdated, plan.hold),
+            (vec![], 0, Hold::Nothing)
+        );
+        // A pod without the revision label is not at the update revision (upstream: "").
+        let mut unlabelled = pods(&[P::Up; 3], &[0, 1, 2]);
+        if let Some(p) = unlabelled[1].1.as_mut() {
+            Arc::make_mut(p).metadata.labels = None;
+        }
+        assert_eq!(deleted(&plan_for(&set(3, 0, "2"), &unlabelled)), [1]);
+    }
+
+    /// Positions, not ordinals, are compared with the partition (upstream's `replicas`
+    /// slice starts at `spec.ordinals.start`).
+    #[test]
+    fn the_partition_counts_from_the_start_ordinal() {
+        let mut s = set(4, 2, "2");
+        s.spec.ordinals = Some(StatefulSetOrdinals { start: Some(10) });
+        let states = [P::Up; 4];
+        let pods: Vec<(u32, Option<Arc<Pod>>)> = (10u32..)
+            .zip(states)
+            .map(|(n, p)| (n, pod(n, OLD, p)))
+            .collect();
+        assert_eq!(deleted(&plan_for(&s, &pods)), [13, 12]);
+    }
+
+    #[test]
+    fn sets_the_driver_leaves_alone() {
+        let native = |v: IntOrString| {
+            let mut s = set(6, 0, "3");
+            if let Some(r) = s
+                .spec
+                .update_strategy
+                .as_mut()
+                .and_then(|u| u.rolling_update.as_mut())
+            {
+                r.max_unavailable = Some(v);
+            }
+            s
+        };
+        let mut deleting = set(6, 0, "2");
+        deleting.metadata.deletion_timestamp = Some(Time(now()));
+        let mut on_delete = set(6, 0, "2");
+        on_delete.spec.update_strategy = Some(StatefulSetUpdateStrategy {
+            type_: Some("OnDelete".into()),
+            rolling_update: None,
+        });
+        let mut unset = set(6, 0, "2");
+        unset.metadata.annotations = None;
+        let mut stale = set(6, 0, "2");
+        stale.metadata.generation = Some(3);
+        let mut no_revision = set(6, 0, "2");
+        if let Some(st) = no_revision.status.as_mut() {
+            st.update_revision = None;
+        }
+        let mut no_status = set(6, 0, "2");
+        no_status.status = None;
+        let mut no_uid = set(6, 0, "2");
+        no_uid.metadata.uid = None;
+        let invalid = "metadata.annotations[stateful-admission.io/max-unavailable]: Invalid value: 0: cannot be 0";
+        let cases: Vec<(&str, StatefulSet, Skip)> = vec![
+            ("being deleted", deleting, Skip::Deleting),
+            ("OnDelete", on_delete, Skip::NotRollingUpdate),
+            ("no maxUnavailable", unset, Skip::Unset),
+            ("1", set(6, 0, "1"), Skip::AtMostOne),
+            ("10% of 6 rounds down to 0, then 1", set(6, 0, "10%"), Skip::AtMostOne),
+            ("invalid annotation", set(6, 0, "0"), Skip::Invalid(invalid.into())),
+            (
+                "hostile annotation",
+                set(6, 0, "{\"not\": \"a number\"}"),
+                Skip::Invalid(
+                    "metadata.annotations[stateful-admission.io/max-unavailable]: Invalid value: {\"not\": \"a number\"}: a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%' or '93%', regex used for validation is '[0-9]+%')".into(),
+                ),
+            ),
+            (
+                "invalid native value",
+                native(IntOrString::String("abc".into())),
+                Skip::Invalid("spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: abc: a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%' or '93%', regex used for validation is '[0-9]+%')".into()),
+            ),
+            ("native 1 wins over annotation 3", native(IntOrString::Int(1)), Skip::AtMostOne),
+            ("partition equal to replicas", set(6, 6, "2"), Skip::Paused),
+            ("partition above replicas", set(6, 9, "2"), Skip::Paused),
+            ("scaled to zero", set(0, 0, "2"), Skip::Paused),
+            ("spec not yet observed", stale, Skip::NotObserved),
+            ("no update revision", no_revision, Skip::NoUpdateRevision),
+            ("no status", no_status, Skip::NotObserved),
+            ("no uid", no_uid, Skip::NoUid),
+        ];
+        for (name, s, want) in cases {
+            assert_eq!(rollout(&s), Err(want), "{name}");
+        }
+        let huge = "9".repeat(100_000);
+        assert!(matches!(rollout(&set(6, 0, &huge)), Err(Skip::Invalid(_))));
+
+        // What the driver reads from a set it handles.
+        let r = rollout(&native(IntOrString::String("50%".into()))).expect("handled");
+        assert_eq!(
+            (r.max_unavailable, r.source, r.policy, r.partition),
+            (3, Source::Native, PodManagement::OrderedReady, 0)
+        );
+        let r = rollout(&with_min_ready(set(7, 2, "3"), 5)).expect("handled");
+        assert_eq!(
+            r,
+            Rollout {
+                uid: SET_UID.into(),
+                policy: PodManagement::OrderedReady,
+                replicas: 7,
+                partition: 2,
+                max_unavailable: 3,
+                source: Source::Annotation,
+                min_ready_seconds: 5,
+                update_revision: NEW.into(),
+            }
+        );
+    }
+}

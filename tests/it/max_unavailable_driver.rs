@@ -1,0 +1,634 @@
+//! KEP-961 against the fake API server: the gate probe with both answers (and a failing
+//! one), and rolling updates of 6 replicas with maxUnavailable 2 and partition 3 driven by
+//! the controller where the gate is off, with a simulated kubelet and built-in StatefulSet
+//! controller; the invariants are checked at every change of the store.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use stateful_admission::admission::{self, GateStatus};
+use stateful_admission::controller::max_unavailable::{GateCell, GateMode};
+use stateful_admission::controller::{ControllerConfig, Features};
+use tokio::time::Instant;
+
+use crate::common;
+use crate::support::controller::{
+    CONTROLLER_NAMESPACE, RunningController, config, eventually, no_features,
+};
+use crate::support::fake_apiserver::{ChangeKind, FakeApiServer, ResourceType, resources};
+use crate::support::statefulset_sim::{SimConfig, StatefulSetSim, pod_is_available, pod_revision};
+
+const NS: &str = "db";
+const SET: &str = "web";
+const REPLICAS: u32 = 6;
+const PARTITION: u32 = 3;
+const MAX_UNAVAILABLE: usize = 2;
+
+fn driver_config(identity: &str) -> ControllerConfig {
+    config(
+        identity,
+        Features {
+            max_unavailable: true,
+            ..no_features()
+        },
+    )
+}
+
+/// The set as a user applies it, with the annotation the webhook adds to it.
+fn web(policy: &str) -> StatefulSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": SET, "namespace": NS,
+                     "annotations": {"stateful-admission.io/max-unavailable": "2"}},
+        "spec": {
+            "replicas": REPLICAS,
+            "serviceName": SET,
+            "podManagementPolicy": policy,
+            "selector": {"matchLabels": {"app": SET}},
+            "template": {"metadata": {"labels": {"app": SET}},
+                         "spec": {"containers": [{"name": "app", "image": "app:1"}]}},
+            "updateStrategy": {"type": "RollingUpdate",
+                               "rollingUpdate": {"partition": PARTITION, "maxUnavailable": 2}},
+        },
+    }))
+    .expect("a valid StatefulSet")
+}
+
+fn pod_name(n: u32) -> String {
+    format!("{SET}-{n}")
+}
+
+fn metric_line(metrics: &str, prefix: &str) -> Option<String> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .map(str::to_owned)
+}
+
+/// Unavailable replicas of the set: missing, or not Running and Ready.
+fn unavailable(pods: &BTreeMap<String, Value>) -> usize {
+    (0..REPLICAS)
+        .filter(|&n| !pods.get(&pod_name(n)).is_some_and(pod_is_available))
+        .count()
+}
+
+/// What the watcher of the store saw.
+#[derive(Debug, Default)]
+struct Observed {
+    max_unavailable: usize,
+    /// Changes after which more than `MAX_UNAVAILABLE` replicas were unavailable.
+    over_budget: Vec<String>,
+    /// Pods below the partition that were deleted or changed.
+    touched_below_partition: Vec<String>,
+    changes: usize,
+}
+
+/// Checks the invariants after every committed change of the store: a model of the set's
+/// pods is kept from the change stream itself, so no intermediate state is missed.
+fn watch_invariants(api: &FakeApiServer) -> (Arc<Mutex<Observed>>, tokio::task::JoinHandle<()>) {
+    let mut changes = api.subscribe();
+    let mut pods: BTreeMap<String, Value> = api
+        .list_objects(ResourceType::of::<Pod>())
+        .into_iter()
+        .filter(|p| p.pointer("/metadata/namespace") == Some(&json!(NS)))
+        .filter_map(|p| Some((p.pointer("/metadata/name")?.as_str()?.to_owned(), p)))
+        .collect();
+    let below: BTreeMap<String, Value> = (0..PARTITION)
+        .filter_map(|n| Some((pod_name(n), pods.get(&pod_name(n))?.clone())))
+        .collect();
+    let observed = Arc::new(Mutex::new(Observed {
+        max_unavailable: unavailable(&pods),
+        ..Observed::default()
+    }));
+    let shared = observed.clone();
+    let handle = tokio::spawn(async move {
+        while let Ok(change) = changes.recv().await {
+            if change.resource.plural != "pods"
+                || change.object.pointer("/metadata/namespace") != Some(&json!(NS))
+            {
+                continue;
+            }
+            let Some(name) = change
+                .object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+            else {
+                continue;
+            };
+            match change.kind {
+                ChangeKind::Deleted => pods.remove(name),
+                ChangeKind::Added | ChangeKind::Modified => {
+                    pods.insert(name.to_owned(), change.object.clone())
+                }
+            };
+            let now_unavailable = unavailable(&pods);
+            let mut o = shared.lock().unwrap_or_else(|p| p.into_inner());
+            o.changes += 1;
+            o.max_unavailable = o.max_unavailable.max(now_unavailable);
+            if now_unavailable > MAX_UNAVAILABLE {
+                o.over_budget.push(format!(
+                    "{:?} {name} at rv {}: {now_unavailable} unavailable",
+                    change.kind, change.resource_version
+                ));
+            }
+            if let Some(before) = below.get(name)
+                && (change.kind == ChangeKind::Deleted
+                    || before.pointer("/metadata/uid") != change.object.pointer("/metadata/uid")
+                    || pod_revision(before) != pod_revision(&change.object))
+            {
+                o.touched_below_partition
+                    .push(format!("{:?} {name}", change.kind));
+            }
+        }
+    });
+    (observed, handle)
+}
+
+/// Creates the set through the API and waits for the simulated cluster to run it.
+async fn running_set(api: &FakeApiServer, policy: &str, builtin_update: bool) -> StatefulSetSim {
+    let sets: Api<StatefulSet> = Api::namespaced(api.client(), NS);
+    sets.create(&PostParams::default(), &web(policy))
+        .await
+        .expect("the set is created");
+    let sim = StatefulSetSim::start(api, NS, SET, SimConfig::default(), builtin_update);
+    let settled = eventually(Duration::from_secs(20), || {
+        (0..REPLICAS).all(|n| {
+            api.get_object(ResourceType::of::<Pod>(), NS, &pod_name(n))
+                .is_some_and(|p| pod_is_available(&p))
+        })
+    })
+    .await;
+    assert!(settled, "the simulated cluster starts all replicas");
+    sim
+}
+
+/// Changes the pod template: a new generation, hence a new update revision.
+async fn update_image(api: &FakeApiServer) {
+    let sets: Api<StatefulSet> = Api::namespaced(api.client(), NS);
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "app:2"}]}}}});
+    sets.patch(SET, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("the template is updated");
+}
+
+/// Every replica from the partition up runs the update revision and is Ready.
+fn rolled_out(api: &FakeApiServer) -> bool {
+    (PARTITION..REPLICAS).all(|n| {
+        api.get_object(ResourceType::of::<Pod>(), NS, &pod_name(n))
+            .is_some_and(|p| pod_is_available(&p) && pod_revision(&p) == Some("web-rev2"))
+    })
+}
+
+fn uids_below_partition(api: &FakeApiServer) -> Vec<Option<Value>> {
+    (0..PARTITION)
+        .map(|n| {
+            api.get_object(ResourceType::of::<Pod>(), NS, &pod_name(n))
+                .and_then(|p| p.pointer("/metadata/uid").cloned())
+        })
+        .collect()
+}
+
+/// Successful pod deletions the system under test sent (the simulation deletes through the
+/// store hook, so these are the controller's own).
+fn pod_deletions(api: &FakeApiServer) -> Vec<(String, Option<Value>, u16)> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.method == "DELETE" && r.path.contains("/pods/"))
+        .map(|r| (r.path, r.body, r.code))
+        .collect()
+}
+
+struct Rollout {
+    elapsed: Duration,
+    observed: Observed,
+    ours: Vec<(String, Option<Value>, u16)>,
+    builtin: Vec<String>,
+    metrics: String,
+}
+
+/// Runs the update with the gate as `drop_max_unavailable` makes it, and reports.
+async fn roll(policy: &str, drop_max_unavailable: bool) -> Rollout {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| c.drop_statefulset_max_unavailable = drop_max_unavailable);
+    let sim = running_set(&api, policy, true).await;
+    let stored = api.get::<StatefulSet>(NS, SET).expect("stored");
+    let native = stored
+        .spec
+        .update_strategy
+        .and_then(|s| s.rolling_update)
+        .and_then(|r| r.max_unavailable);
+    assert_eq!(
+        native.is_none(),
+        drop_max_unavailable,
+        "the apiserver drops the field exactly where the gate is off"
+    );
+
+    let controller = RunningController::start(&api, driver_config("replica-a"));
+    let want_gate = if drop_max_unavailable { 0 } else { 1 };
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            controller
+                .metrics()
+                .contains(&format!("max_unavailable_gate_enabled {want_gate}"))
+        })
+        .await,
+        "the gate is probed"
+    );
+    let below = uids_below_partition(&api);
+    let (observed, watcher) = watch_invariants(&api);
+
+    let started = Instant::now();
+    update_image(&api).await;
+    let done = eventually(Duration::from_secs(30), || rolled_out(&api)).await;
+    let elapsed = started.elapsed();
+    assert!(done, "the rollout completes");
+    // The last changes reach the watcher; then nothing below the partition changed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        uids_below_partition(&api),
+        below,
+        "pods below the partition are untouched"
+    );
+    let ours = pod_deletions(&api);
+    // At steady state nothing is written but the Lease renewals.
+    api.clear_requests();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let writes: Vec<String> = api
+        .writes()
+        .into_iter()
+        .filter(|w| !w.path.contains("/leases/"))
+        .map(|w| format!("{} {}", w.method, w.path))
+        .collect();
+    assert!(writes.is_empty(), "writes at steady state: {writes:?}");
+
+    let metrics = controller.metrics();
+    controller.stop().await;
+    let stats = sim.stop().await;
+    watcher.abort();
+    let observed = std::mem::take(&mut *observed.lock().unwrap_or_else(|p| p.into_inner()));
+    Rollout {
+        elapsed,
+        observed,
+        ours,
+        builtin: stats.deleted_by_builtin,
+        metrics,
+    }
+}
+
+async fn rollout_with_the_gate_off(policy: &str) {
+    let r = roll(policy, true).await;
+    let o = &r.observed;
+    let succeeded: Vec<&String> = r
+        .ours
+        .iter()
+        .filter(|(_, _, code)| *code == 200)
+        .map(|(path, _, _)| path)
+        .collect();
+    eprintln!(
+        "maxUnavailable rollout ({policy}, gate off): {:?}, max unavailable {}, {} store changes checked, \
+         controller deletions {} ({} sent), built-in deletions {:?}",
+        r.elapsed,
+        o.max_unavailable,
+        o.changes,
+        succeeded.len(),
+        r.ours.len(),
+        r.builtin
+    );
+    assert!(o.over_budget.is_empty(), "over budget: {:?}", o.over_budget);
+    assert!(
+        o.touched_below_partition.is_empty(),
+        "{:?}",
+        o.touched_below_partition
+    );
+    assert_eq!(
+        o.max_unavailable, MAX_UNAVAILABLE,
+        "the driver uses the whole budget"
+    );
+    assert_eq!(
+        succeeded.len() + r.builtin.len(),
+        (REPLICAS - PARTITION) as usize,
+        "each pod from the partition up is replaced exactly once: ours {succeeded:?}, built-in {:?}",
+        r.builtin
+    );
+    assert!(!succeeded.is_empty(), "the controller deleted pods");
+    for (path, body, _) in &r.ours {
+        let ordinal: u32 = path
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("a pod path");
+        assert!(ordinal >= PARTITION, "{path}");
+        let body = body.as_ref().expect("DeleteOptions");
+        assert!(
+            body.pointer("/preconditions/uid").is_some()
+                && body.pointer("/preconditions/resourceVersion").is_some(),
+            "{path}: {body}"
+        );
+    }
+    assert_eq!(
+        metric_line(
+            &r.metrics,
+            &format!("statefulset_max_unavailable{{namespace=\"{NS}\",name=\"{SET}\",pod_management_policy=\"{policy}\"}}")
+        )
+        .as_deref()
+        .map(|l| l.ends_with(" 2")),
+        Some(true),
+        "{}",
+        r.metrics
+    );
+    assert!(
+        r.metrics.contains("statefulset_unavailable_replicas{"),
+        "{}",
+        r.metrics
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ordered_ready_rollout_keeps_to_max_unavailable_where_the_gate_is_off() {
+    rollout_with_the_gate_off("OrderedReady").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parallel_rollout_keeps_to_max_unavailable_where_the_gate_is_off() {
+    rollout_with_the_gate_off("Parallel").await;
+}
+
+/// Where the gate is on the built-in controller honours the field; the driver deletes
+/// nothing (here the simulated built-in controller goes one at a time: the baseline).
+#[tokio::test(flavor = "multi_thread")]
+async fn where_the_gate_is_on_the_driver_leaves_the_rollout_alone() {
+    let r = roll("OrderedReady", false).await;
+    eprintln!(
+        "baseline rollout (driver idle, one at a time): {:?}, max unavailable {}, built-in deletions {:?}",
+        r.elapsed, r.observed.max_unavailable, r.builtin
+    );
+    assert!(r.ours.is_empty(), "no deletion: {:?}", r.ours);
+    assert_eq!(r.observed.max_unavailable, 1);
+    assert_eq!(r.builtin.len(), (REPLICAS - PARTITION) as usize);
+    assert!(
+        !r.metrics.contains("statefulset_max_unavailable{"),
+        "no series for sets the driver does not drive: {}",
+        r.metrics
+    );
+}
+
+/// A controller stopped right after its first batch is replaced by another replica, which
+/// keeps no state and plans from what it sees: the budget holds across the handover and the
+/// rollout completes. (`kill` would leave the killed replica's feature tasks running in this
+/// process, so the handover is a clean stop.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_mid_rollout_neither_breaks_the_budget_nor_stalls() {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| c.drop_statefulset_max_unavailable = true);
+    // Without the built-in controller's own deletions only the driver can finish.
+    let sim = running_set(&api, "Parallel", false).await;
+    let first = RunningController::start(&api, driver_config("replica-a"));
+    assert!(
+        eventually(Duration::from_secs(10), || first
+            .metrics()
+            .contains("max_unavailable_gate_enabled 0"))
+        .await
+    );
+    let below = uids_below_partition(&api);
+    let (observed, watcher) = watch_invariants(&api);
+    update_image(&api).await;
+    assert!(
+        eventually(Duration::from_secs(10), || !pod_deletions(&api).is_empty()).await,
+        "the first batch starts"
+    );
+    first.stop().await;
+    let second = RunningController::start(&api, driver_config("replica-b"));
+    assert!(
+        eventually(Duration::from_secs(30), || rolled_out(&api)).await,
+        "the rollout completes after the takeover"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(second.is_leader());
+    assert_eq!(uids_below_partition(&api), below);
+    let deleted: Vec<u16> = pod_deletions(&api)
+        .into_iter()
+        .map(|(_, _, code)| code)
+        .collect();
+    assert_eq!(
+        deleted.iter().filter(|c| **c == 200).count(),
+        3,
+        "each of pods 3, 4, 5 deleted once across both replicas: {deleted:?}"
+    );
+    second.stop().await;
+    sim.stop().await;
+    watcher.abort();
+    let o = observed.lock().unwrap_or_else(|p| p.into_inner());
+    assert!(o.over_budget.is_empty(), "{:?}", o.over_budget);
+    assert!(
+        o.touched_below_partition.is_empty(),
+        "{:?}",
+        o.touched_below_partition
+    );
+    assert!(o.max_unavailable <= MAX_UNAVAILABLE);
+}
+
+/// Dry-run creates of StatefulSets in the controller namespace.
+fn probes(api: &FakeApiServer) -> Vec<bool> {
+    api.requests()
+        .into_iter()
+        .filter(|r| {
+            r.method == "POST"
+                && r.path == format!("/apis/apps/v1/namespaces/{CONTROLLER_NAMESPACE}/statefulsets")
+        })
+        .map(|r| r.is_dry_run())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gate_probe_tells_both_answers_and_stores_nothing() {
+    for (drop, want) in [(true, GateStatus::Disabled), (false, GateStatus::Enabled)] {
+        let api = FakeApiServer::start().await;
+        api.configure(|c| c.drop_statefulset_max_unavailable = drop);
+        let controller = RunningController::start(&api, driver_config("replica-a"));
+        let line = format!("max_unavailable_gate_enabled {}", want.metric_value());
+        assert!(
+            eventually(Duration::from_secs(10), || controller
+                .metrics()
+                .contains(&line))
+            .await,
+            "drop {drop}: {}",
+            controller.metrics()
+        );
+        let result = format!(
+            "max_unavailable_gate_probes_total{{result=\"{}\"}} 1",
+            want.as_str()
+        );
+        assert!(
+            controller.metrics().contains(&result),
+            "{}",
+            controller.metrics()
+        );
+        assert_eq!(probes(&api), [true], "one probe, a dry run");
+        assert!(api.list::<StatefulSet>().is_empty(), "nothing stored");
+        controller.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_probe_leaves_the_gate_unknown_and_is_retried() {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| c.drop_statefulset_max_unavailable = true);
+    api.fail_next("POST", "/statefulsets", 403, 1);
+    let mut cfg = driver_config("replica-a");
+    cfg.max_unavailable.probe_retry = Duration::from_millis(500);
+    let controller = RunningController::start(&api, cfg);
+    assert!(
+        eventually(Duration::from_secs(10), || controller
+            .metrics()
+            .contains("max_unavailable_gate_probes_total{result=\"error\"} 1"))
+        .await
+    );
+    assert!(
+        controller
+            .metrics()
+            .contains("max_unavailable_gate_enabled -1")
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || controller
+            .metrics()
+            .contains("max_unavailable_gate_enabled 0"))
+        .await,
+        "the probe is retried: {}",
+        controller.metrics()
+    );
+    assert_eq!(probes(&api), [true, true]);
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gate_set_by_flag_is_known_at_once_and_never_probed() {
+    let api = FakeApiServer::start().await;
+    let mut cfg = driver_config("replica-a");
+    cfg.max_unavailable.gate = GateMode::Disabled;
+    let controller = RunningController::start(&api, cfg);
+    assert!(
+        controller
+            .metrics()
+            .contains("max_unavailable_gate_enabled 0")
+    );
+    assert!(eventually(Duration::from_secs(5), || controller.is_leader()).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(probes(&api).is_empty());
+    controller.stop().await;
+}
+
+/// Writes what the rules see of the gate into a warning.
+fn echo_gate(
+    _phase: admission::Phase,
+    _req: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
+    ctx: &admission::Context<'_>,
+) -> admission::Verdict {
+    let mut verdict = admission::Verdict::allow();
+    verdict.warn(format!(
+        "gate={} fallback={}",
+        ctx.policy.max_unavailable_gate.as_str(),
+        ctx.policy.needs_max_unavailable_fallback()
+    ));
+    verdict
+}
+
+/// In `serve` the webhook reads the cell the controller's probe writes.
+#[tokio::test]
+async fn the_webhook_reads_the_gate_the_controller_probed() {
+    use prometheus_client::registry::Registry;
+    use stateful_admission::cluster::ClusterView;
+    use stateful_admission::server::metrics::Metrics;
+    use stateful_admission::server::routes::{self, AdmissionState};
+
+    let gate = GateCell::default();
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let mut state =
+        AdmissionState::new(ClusterView::empty(), admission::Policy::default(), metrics)
+            .with_max_unavailable_gate(gate.clone());
+    state.evaluator = echo_gate;
+    let app = routes::router(Arc::new(state));
+    let review = admission::builder::ReviewBuilder::statefulset("CREATE")
+        .object(serde_json::to_value(web("OrderedReady")).expect("json"))
+        .into_json();
+    let mut seen = Vec::new();
+    for status in [
+        GateStatus::Unknown,
+        GateStatus::Disabled,
+        GateStatus::Enabled,
+    ] {
+        gate.set(status);
+        let response = common::review_response(&app, "/mutate", &review).await;
+        seen.push(
+            response["warnings"][0]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    assert_eq!(
+        seen,
+        [
+            "gate=unknown fallback=true",
+            "gate=disabled fallback=true",
+            "gate=enabled fallback=false",
+        ]
+    );
+    // The flag still turns the fallback off whatever the gate.
+    let off = admission::Policy {
+        max_unavailable_fallback: false,
+        ..admission::Policy::default()
+    };
+    assert!(!off.needs_max_unavailable_fallback());
+}
+
+/// The controller's `events.k8s.io` Events about the set, by reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_batch_is_reported_in_an_event() {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| c.drop_statefulset_max_unavailable = true);
+    let sim = running_set(&api, "Parallel", false).await;
+    let controller = RunningController::start(&api, driver_config("replica-a"));
+    assert!(
+        eventually(Duration::from_secs(10), || controller
+            .metrics()
+            .contains("max_unavailable_gate_enabled 0"))
+        .await
+    );
+    update_image(&api).await;
+    assert!(eventually(Duration::from_secs(30), || rolled_out(&api)).await);
+    let notes: Vec<String> = eventually_events(&api).await;
+    assert!(
+        notes.iter().any(|n| n.starts_with("Deleted web-5, web-4 for the update to revision web-rev2 (maxUnavailable 2, 0 unavailable before)")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.starts_with("Deleted web-3 ")),
+        "{notes:?}"
+    );
+    let stats = sim.stop().await;
+    assert!(
+        stats.deleted_by_builtin.is_empty(),
+        "the built-in update was off here"
+    );
+    controller.stop().await;
+}
+
+async fn eventually_events(api: &FakeApiServer) -> Vec<String> {
+    let notes = || -> Vec<String> {
+        api.list_objects(&resources::EVENTS)
+            .into_iter()
+            .filter(|e| e["reason"] == "MaxUnavailableBatch")
+            .filter_map(|e| e["note"].as_str().map(str::to_owned))
+            .collect()
+    };
+    eventually(Duration::from_secs(5), || notes().len() >= 2).await;
+    notes()
+}

@@ -1,0 +1,358 @@
+//! A simulated kubelet and built-in StatefulSet controller for one set on the fake API server,
+//! acting through the store hooks as those components would:
+//!
+//! - the built-in controller notices a new generation, names the update revision
+//!   `<set>-rev<generation>` and records it in `status.updateRevision`;
+//! - it re-creates a missing pod `create_delay` after it went missing, labelled with the
+//!   update revision (or the current one below the partition); under `OrderedReady` only
+//!   once every lower ordinal is Running and Ready, one at a time;
+//! - the kubelet marks a pod Running and Ready `ready_delay` after its creation;
+//! - with the `MaxUnavailableStatefulSet` gate off the built-in controller itself replaces one
+//!   pod at a time (upstream's loop: from the top down to the partition, delete the first
+//!   old-revision pod, stop at the first unavailable one; under `OrderedReady` only when all
+//!   are healthy); its deletions are counted apart from the API's;
+//! - it keeps the status counters and completes the rollout (`currentRevision`).
+//!
+//! Writes go through the API (pod creation, status patches with the resourceVersion read as
+//! precondition, so a pod deleted meanwhile is never resurrected), except the built-in
+//! controller's deletions, which use the store hook so that the request log holds only the
+//! system under test's deletions.
+//!
+//! Pods go at once when deleted (the fake server has no graceful termination), so an
+//! unavailable replica here is a missing or not-yet-Ready pod.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::fake_apiserver::{FakeApiServer, ResourceType};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+
+/// Timings of the simulation.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub create_delay: Duration,
+    pub ready_delay: Duration,
+    pub tick: Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            create_delay: Duration::from_millis(200),
+            ready_delay: Duration::from_millis(300),
+            tick: Duration::from_millis(10),
+        }
+    }
+}
+
+/// What the simulated components did.
+#[derive(Debug, Clone, Default)]
+pub struct SimStats {
+    /// Pods created, in order.
+    pub created: Vec<String>,
+    /// Pods the built-in controller deleted for the update, in order.
+    pub deleted_by_builtin: Vec<String>,
+}
+
+/// The running simulation of one set.
+pub struct StatefulSetSim {
+    stop: CancellationToken,
+    handle: JoinHandle<()>,
+    stats: Arc<Mutex<SimStats>>,
+}
+
+/// Is this pod Running and Ready (and not terminating)?
+pub fn pod_is_available(pod: &Value) -> bool {
+    pod.pointer("/metadata/deletionTimestamp").is_none()
+        && pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+        && pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+}
+
+/// The pod's `controller-revision-hash` label.
+pub fn pod_revision(pod: &Value) -> Option<&str> {
+    pod.pointer("/metadata/labels/controller-revision-hash")
+        .and_then(Value::as_str)
+}
+
+struct State {
+    missing_since: HashMap<u32, Instant>,
+    created_at: HashMap<String, Instant>,
+}
+
+impl StatefulSetSim {
+    /// Simulates `namespace/name` with the built-in controller's own one-at-a-time update on
+    /// (`builtin_rolling_update`, the gate-off behaviour) or off.
+    pub fn start(
+        api: &FakeApiServer,
+        namespace: &str,
+        name: &str,
+        config: SimConfig,
+        builtin_rolling_update: bool,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let stats = Arc::new(Mutex::new(SimStats::default()));
+        let sim = Sim {
+            api: api.clone(),
+            client: api.client(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            config,
+            builtin_rolling_update,
+            stats: stats.clone(),
+        };
+        let task_stop = stop.clone();
+        let handle = tokio::spawn(async move {
+            let mut state = State {
+                missing_since: HashMap::new(),
+                created_at: HashMap::new(),
+            };
+            let mut tick = tokio::time::interval(sim.config.tick);
+            loop {
+                tokio::select! {
+                    _ = task_stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                sim.step(&mut state).await;
+            }
+        });
+        Self {
+            stop,
+            handle,
+            stats,
+        }
+    }
+
+    pub fn stats(&self) -> SimStats {
+        lock(&self.stats).clone()
+    }
+
+    pub async fn stop(self) -> SimStats {
+        self.stop.cancel();
+        let _ = self.handle.await;
+        lock(&self.stats).clone()
+    }
+}
+
+struct Sim {
+    api: FakeApiServer,
+    client: kube::Client,
+    namespace: String,
+    name: String,
+    config: SimConfig,
+    builtin_rolling_update: bool,
+    stats: Arc<Mutex<SimStats>>,
+}
+
+impl Sim {
+    fn pod_name(&self, n: u32) -> String {
+        format!("{}-{n}", self.name)
+    }
+
+    fn pod(&self, n: u32) -> Option<Value> {
+        self.api.get_object(
+            ResourceType::of::<Pod>(),
+            &self.namespace,
+            &self.pod_name(n),
+        )
+    }
+
+    async fn step(&self, state: &mut State) {
+        let Some(set) = self.api.get_object(
+            ResourceType::of::<StatefulSet>(),
+            &self.namespace,
+            &self.name,
+        ) else {
+            return;
+        };
+        let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let sets_api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let generation = set
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let uid = set
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let replicas = set
+            .pointer("/spec/replicas")
+            .and_then(Value::as_u64)
+            .unwrap_or(1) as u32;
+        let partition = set
+            .pointer("/spec/updateStrategy/rollingUpdate/partition")
+            .and_then(Value::as_u64)
+            .unwrap_or(0) as u32;
+        let ordered = set
+            .pointer("/spec/podManagementPolicy")
+            .and_then(Value::as_str)
+            != Some("Parallel");
+        let update_revision = format!("{}-rev{generation}", self.name);
+        let current_revision = set
+            .pointer("/status/currentRevision")
+            .and_then(Value::as_str)
+            .map_or_else(|| update_revision.clone(), str::to_owned);
+        let now = Instant::now();
+
+        // The kubelet: a pod runs and turns Ready `ready_delay` after its creation.
+        for n in 0..replicas {
+            let Some(pod) = self.pod(n) else { continue };
+            let created = *state.created_at.entry(self.pod_name(n)).or_insert(now);
+            let pending = pod.pointer("/status/phase").and_then(Value::as_str) != Some("Running");
+            if pending && now.duration_since(created) >= self.config.ready_delay {
+                let since = jiff::Timestamp::now()
+                    .strftime("%Y-%m-%dT%H:%M:%SZ")
+                    .to_string();
+                let patch = json!({
+                    // The pod as read, or nothing: a deleted or re-created pod is left alone.
+                    "metadata": {"resourceVersion": pod.pointer("/metadata/resourceVersion")},
+                    "status": {"phase": "Running", "conditions": [
+                        {"type": "Ready", "status": "True", "lastTransitionTime": since}]},
+                });
+                let _ = pods_api
+                    .patch_status(
+                        &self.pod_name(n),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await;
+            }
+        }
+
+        // The controller re-creates missing pods (in order, one at a time, under OrderedReady).
+        for n in 0..replicas {
+            match self.pod(n) {
+                None => {
+                    let since = *state.missing_since.entry(n).or_insert(now);
+                    if now.duration_since(since) >= self.config.create_delay {
+                        let revision = if n >= partition {
+                            &update_revision
+                        } else {
+                            &current_revision
+                        };
+                        let pod = new_pod(&self.namespace, &self.name, &uid, n, revision);
+                        if pods_api.create(&PostParams::default(), &pod).await.is_ok() {
+                            state.missing_since.remove(&n);
+                            state.created_at.insert(self.pod_name(n), Instant::now());
+                            lock(&self.stats).created.push(self.pod_name(n));
+                        }
+                    }
+                    if ordered {
+                        break;
+                    }
+                }
+                Some(pod) => {
+                    state.missing_since.remove(&n);
+                    if ordered && !pod_is_available(&pod) {
+                        break;
+                    }
+                }
+            }
+        }
+
+        let pods: Vec<Option<Value>> = (0..replicas).map(|n| self.pod(n)).collect();
+        let all_available = pods
+            .iter()
+            .all(|p| p.as_ref().is_some_and(pod_is_available));
+
+        // The built-in controller's own update with the gate off: one pod at a time.
+        if self.builtin_rolling_update && (!ordered || all_available) {
+            for n in (partition..replicas).rev() {
+                let Some(pod) = &pods[n as usize] else {
+                    break;
+                };
+                if pod_revision(pod) != Some(update_revision.as_str()) {
+                    let removed = self.api.remove_object(
+                        ResourceType::of::<Pod>(),
+                        &self.namespace,
+                        &self.pod_name(n),
+                    );
+                    if removed.is_some() {
+                        state.created_at.remove(&self.pod_name(n));
+                        lock(&self.stats).deleted_by_builtin.push(self.pod_name(n));
+                    }
+                    break;
+                }
+                if !pod_is_available(pod) {
+                    break;
+                }
+            }
+        }
+
+        // Status, written only when it changes.
+        let pods: Vec<Option<Value>> = (0..replicas).map(|n| self.pod(n)).collect();
+        let count = |f: &dyn Fn(&Value) -> bool| pods.iter().flatten().filter(|p| f(p)).count();
+        let ready = count(&pod_is_available);
+        let updated = count(&|p| pod_revision(p) == Some(update_revision.as_str()));
+        let complete = pods.iter().all(|p| {
+            p.as_ref().is_some_and(|p| {
+                pod_is_available(p) && pod_revision(p) == Some(update_revision.as_str())
+            })
+        });
+        let current = if complete {
+            update_revision.clone()
+        } else {
+            current_revision
+        };
+        let status = json!({
+            "observedGeneration": generation,
+            "replicas": pods.iter().flatten().count(),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "updatedReplicas": updated,
+            "currentRevision": current,
+            "updateRevision": update_revision,
+        });
+        if set.get("status") != Some(&status) {
+            let _ = sets_api
+                .patch_status(
+                    &self.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "status": status })),
+                )
+                .await;
+        }
+    }
+}
+
+fn lock(stats: &Mutex<SimStats>) -> std::sync::MutexGuard<'_, SimStats> {
+    stats.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn new_pod(namespace: &str, set: &str, set_uid: &str, ordinal: u32, revision: &str) -> Pod {
+    let name = format!("{set}-{ordinal}");
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                "app": set,
+                "statefulset.kubernetes.io/pod-name": name,
+                "controller-revision-hash": revision,
+            },
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "StatefulSet", "name": set, "uid": set_uid,
+                "controller": true, "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {"containers": [{"name": "app", "image": "app"}]},
+    }))
+    .expect("a valid pod")
+}
