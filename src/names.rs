@@ -12,6 +12,9 @@ pub const DESIRED_VOLUME_CLAIM_TEMPLATES: &str =
 pub const MAX_UNAVAILABLE: &str = "stateful-admission.io/max-unavailable";
 /// StatefulSet: seconds without progress before `Progressing` turns False.
 pub const PROGRESS_DEADLINE_SECONDS: &str = "stateful-admission.io/progress-deadline-seconds";
+/// StatefulSet: the controller's progress record for the `Progressing` condition (JSON:
+/// rollout, high-water marks, last progress time, condition transition times).
+pub const PROGRESS: &str = "stateful-admission.io/progress";
 /// StatefulSet: per-template claim status, written by the controller.
 pub const VOLUME_CLAIM_STATUS: &str = "stateful-admission.io/volume-claim-status";
 /// StorageClass: largest size a claim of this class may request.

@@ -1,0 +1,1312 @@
+//! The conditions a StatefulSet should carry, and the progress record that must survive
+//! restarts: pure, from the set as observed, the record read back from it, and the time.
+//!
+//! Progress is judged from observable state only, as the Deployment controller's
+//! `DeploymentProgressing` does (pkg/controller/deployment/util): a rollout made progress
+//! when any count reached a level it had not reached before in this rollout — more
+//! replicas updated, ready or available, fewer outdated replicas, replicas closer to the
+//! desired count, the controller observing the new generation, the current revision
+//! moving, more volume claims compatible or fewer still updating. High-water marks rather
+//! than "changed since last time" so that a pod flapping between ready and not ready does
+//! not reset the deadline forever.
+//!
+//! The record ([`Progress`], annotation `stateful-admission.io/progress`) holds the rollout
+//! it belongs to, those high-water marks, when progress was last seen, whether the rollout
+//! completed, and when each condition last changed status. It lives on the object because
+//! the built-in controller rebuilds `.status` (dropping our conditions) on its next write,
+//! and because this controller may restart; it is written only when one of those facts
+//! changes, never to refresh a time.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::names;
+
+pub const AVAILABLE: &str = "Available";
+pub const PROGRESSING: &str = "Progressing";
+
+/// Condition reasons. Deployment's names (`NewReplicaSetAvailable`, `ReplicaSetUpdated`)
+/// speak of ReplicaSets; these say what a StatefulSet is doing.
+pub mod reason {
+    /// Available=True: `availableReplicas >= replicas`.
+    pub const REPLICAS_AVAILABLE: &str = "ReplicasAvailable";
+    /// Available=False.
+    pub const REPLICAS_UNAVAILABLE: &str = "ReplicasUnavailable";
+    /// Progressing=True: fewer replicas exist than desired.
+    pub const SCALING_UP: &str = "ScalingUp";
+    /// Progressing=True: more replicas exist than desired.
+    pub const SCALING_DOWN: &str = "ScalingDown";
+    /// Progressing=True: replicas still to move to the update revision (or the controller
+    /// has not yet observed the latest generation).
+    pub const UPDATING_REPLICAS: &str = "UpdatingReplicas";
+    /// Progressing=True: the claim rollout (`volume-claim-status`) still has claims updating.
+    pub const UPDATING_VOLUME_CLAIMS: &str = "UpdatingVolumeClaims";
+    /// Progressing=True: every replica exists and is updated, not all are available yet.
+    pub const WAITING_FOR_AVAILABILITY: &str = "WaitingForAvailability";
+    /// Progressing=True: every replica updated and available, claims done (Deployment's
+    /// `NewReplicaSetAvailable`). Kept until the next rollout, as Deployment does: later
+    /// availability changes show in `Available`.
+    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    /// Progressing=False: no progress for the deadline (Deployment's `TimedOutReason`).
+    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+}
+
+/// Default of `stateful-admission.io/progress-deadline-seconds` (Deployment's default).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+
+/// What the conditions are computed from, read off the set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub name: String,
+    /// Identifies the rollout: the generation and the desired claim templates.
+    pub rollout: String,
+    pub generation: i64,
+    pub observed_generation: i64,
+    /// `spec.replicas`.
+    pub desired: i64,
+    /// `spec.updateStrategy.rollingUpdate.partition`, clamped to `0..=desired`.
+    pub partition: i64,
+    /// `updateStrategy: OnDelete`: the user replaces pods, the rollout does not wait for it.
+    pub on_delete: bool,
+    pub current_revision: Option<String>,
+    pub update_revision: Option<String>,
+    pub replicas: i64,
+    pub ready: i64,
+    pub available: i64,
+    pub updated: i64,
+    /// Sums over the templates of `volume-claim-status`, when it exists and parses.
+    pub claims: Option<ClaimCounts>,
+    pub deadline: Duration,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClaimCounts {
+    pub compatible: i64,
+    pub updating: i64,
+}
+
+/// Reads what the plan needs from a set.
+pub fn observe(set: &StatefulSet) -> Observed {
+    let annotations = set.metadata.annotations.as_ref();
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
+    let status = set.status.as_ref();
+    let count = |f: fn(&k8s_openapi::api::apps::v1::StatefulSetStatus) -> Option<i32>| {
+        status.and_then(f).map_or(0, i64::from)
+    };
+    let desired = i64::from(set.spec.replicas.unwrap_or(1).max(0));
+    let strategy = set.spec.update_strategy.as_ref();
+    let on_delete = strategy.and_then(|s| s.type_.as_deref()) == Some("OnDelete");
+    let partition = strategy
+        .and_then(|s| s.rolling_update.as_ref())
+        .and_then(|r| r.partition)
+        .map_or(0, i64::from)
+        .clamp(0, desired);
+    let generation = set.metadata.generation.unwrap_or(0);
+    let templates = annotation(names::DESIRED_VOLUME_CLAIM_TEMPLATES);
+    Observed {
+        name: set.metadata.name.clone().unwrap_or_default(),
+        rollout: rollout_key(generation, templates),
+        generation,
+        observed_generation: status.and_then(|s| s.observed_generation).unwrap_or(0),
+        desired,
+        partition,
+        on_delete,
+        current_revision: status.and_then(|s| s.current_revision.clone()),
+        update_revision: status.and_then(|s| s.update_revision.clone()),
+        replicas: status.map_or(0, |s| i64::from(s.replicas)),
+        ready: count(|s| s.ready_replicas),
+        available: count(|s| s.available_replicas),
+        updated: count(|s| s.updated_replicas),
+        claims: annotation(names::VOLUME_CLAIM_STATUS).and_then(claim_counts),
+        deadline: deadline(annotation(names::PROGRESS_DEADLINE_SECONDS)),
+    }
+}
+
+/// `progress-deadline-seconds`: a positive integer up to Go's int32 maximum (like
+/// `spec.progressDeadlineSeconds`); anything else means the default.
+pub fn deadline(value: Option<&str>) -> Duration {
+    value
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|s| (1..=i32::MAX.unsigned_abs()).contains(s))
+        .map_or(DEFAULT_DEADLINE, |s| Duration::from_secs(u64::from(s)))
+}
+
+/// Sums `compatible` and `updating` of the claim rollout's status: JSON per template,
+/// either an object keyed by template name or an array. Entries without those counts are
+/// skipped; a value that is not JSON of either shape counts as no status.
+pub fn claim_counts(text: &str) -> Option<ClaimCounts> {
+    let value: Value = serde_json::from_str(text).ok()?;
+    let entries: Vec<&Value> = match &value {
+        Value::Object(map) if map.contains_key("updating") => vec![&value],
+        Value::Object(map) => map.values().collect(),
+        Value::Array(items) => items.iter().collect(),
+        _ => return None,
+    };
+    let field = |e: &Value, k: &str| e.get(k).and_then(Value::as_i64).filter(|n| *n >= 0);
+    let mut counts = ClaimCounts::default();
+    for entry in entries {
+        counts.compatible = counts
+            .compatible
+            .saturating_add(field(entry, "compatible").unwrap_or(0));
+        counts.updating = counts
+            .updating
+            .saturating_add(field(entry, "updating").unwrap_or(0));
+    }
+    Some(counts)
+}
+
+/// `<generation>/<hash of the desired claim templates>`: a spec change or a template edit
+/// starts a new rollout.
+pub fn rollout_key(generation: i64, templates: Option<&str>) -> String {
+    match templates {
+        Some(t) => format!("{generation}/{:016x}", fnv1a(t.as_bytes())),
+        None => generation.to_string(),
+    }
+}
+
+/// FNV-1a: a hash that stays the same across builds (the record outlives the binary).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The progress record kept in the `stateful-admission.io/progress` annotation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    /// The rollout this record is about ([`rollout_key`]).
+    pub rollout: String,
+    /// The rollout completed (sticky until the next rollout, or claims start updating).
+    pub complete: bool,
+    /// When progress was last seen (RFC 3339, seconds).
+    pub progress_at: String,
+    /// High-water marks of this rollout.
+    pub best: Marks,
+    /// When each condition took its current status, to restore `lastTransitionTime`
+    /// after the built-in controller dropped the conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<Transition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progressing: Option<Transition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub status: String,
+    pub since: String,
+}
+
+/// The levels reached; see the module docs for which direction is progress.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Marks {
+    pub observed_generation: i64,
+    pub updated: i64,
+    pub ready: i64,
+    pub available: i64,
+    /// Replicas not yet at the update revision (lower is better).
+    pub outdated: i64,
+    /// Distance between existing and desired replicas (lower is better).
+    pub away: i64,
+    pub claims_compatible: i64,
+    /// Claims still updating (lower is better).
+    pub claims_updating: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+}
+
+impl Marks {
+    fn of(o: &Observed) -> Self {
+        let claims = o.claims.unwrap_or_default();
+        Self {
+            observed_generation: o.observed_generation,
+            updated: o.updated,
+            ready: o.ready,
+            available: o.available,
+            outdated: (o.replicas - o.updated).max(0),
+            away: (o.replicas - o.desired).abs(),
+            claims_compatible: claims.compatible,
+            claims_updating: claims.updating,
+            current_revision: o.current_revision.clone(),
+        }
+    }
+
+    fn surpassed_by(&self, now: &Self) -> bool {
+        now.observed_generation > self.observed_generation
+            || now.updated > self.updated
+            || now.ready > self.ready
+            || now.available > self.available
+            || now.outdated < self.outdated
+            || now.away < self.away
+            || now.claims_compatible > self.claims_compatible
+            || now.claims_updating < self.claims_updating
+            || now.current_revision != self.current_revision
+    }
+
+    fn merged(&self, now: &Self) -> Self {
+        Self {
+            observed_generation: self.observed_generation.max(now.observed_generation),
+            updated: self.updated.max(now.updated),
+            ready: self.ready.max(now.ready),
+            available: self.available.max(now.available),
+            outdated: self.outdated.min(now.outdated),
+            away: self.away.min(now.away),
+            claims_compatible: self.claims_compatible.max(now.claims_compatible),
+            claims_updating: self.claims_updating.min(now.claims_updating),
+            current_revision: now.current_revision.clone(),
+        }
+    }
+}
+
+/// Reads the record; a missing or malformed one counts as none (it is rewritten).
+pub fn read_progress(set: &StatefulSet) -> Option<Progress> {
+    let text = set.metadata.annotations.as_ref()?.get(names::PROGRESS)?;
+    serde_json::from_str(text).ok()
+}
+
+/// Where the rollout stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    Complete,
+    /// Under way, within the deadline: `(reason, what is going on)`.
+    Progressing(&'static str, String),
+    /// Under way, no progress for the deadline: what was going on.
+    Stalled(String),
+}
+
+/// How long after a deadline the set is looked at again.
+pub const LOOK_AGAIN_MARGIN: Duration = Duration::from_millis(100);
+
+/// What to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub phase: Phase,
+    /// The full `status.conditions` list, when it differs from the set's.
+    pub conditions: Option<Vec<StatefulSetCondition>>,
+    /// The record, when it differs from the set's.
+    pub progress: Option<Progress>,
+    /// Progressing just turned False: warn.
+    pub deadline_exceeded: bool,
+    /// Look again by then (the deadline of an unfinished rollout).
+    pub look_again: Option<Duration>,
+}
+
+/// Seconds precision, as the apiserver stores times.
+pub fn format_time(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn parse_time(s: &str) -> Option<Timestamp> {
+    s.parse().ok()
+}
+
+fn truncate_to_seconds(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
+/// Whether every replica is updated and available, the controller saw the latest
+/// generation and no claim is updating — Deployment's `DeploymentComplete`, with the
+/// partition and claims of a StatefulSet.
+pub fn is_complete(o: &Observed) -> bool {
+    o.observed_generation >= o.generation
+        && o.replicas == o.desired
+        && o.available >= o.desired
+        && replicas_updated(o)
+        && o.claims.is_none_or(|c| c.updating == 0)
+}
+
+/// Pods on the update revision as far as the strategy goes: all of them, or those at and
+/// above the partition; with `OnDelete` the user replaces pods, so nothing is awaited.
+fn replicas_updated(o: &Observed) -> bool {
+    if o.on_delete {
+        return true;
+    }
+    let revisions_agree = match (&o.current_revision, &o.update_revision) {
+        (Some(current), Some(update)) => current == update,
+        _ => true,
+    };
+    o.updated >= o.desired - o.partition && (o.partition > 0 || revisions_agree)
+}
+
+/// What an unfinished rollout is doing: `(reason, detail)`.
+fn under_way(o: &Observed) -> (&'static str, String) {
+    let claims_updating = o.claims.map_or(0, |c| c.updating);
+    if o.replicas > o.desired {
+        (
+            reason::SCALING_DOWN,
+            format!(
+                "scaling down: {} replicas, {} desired",
+                o.replicas, o.desired
+            ),
+        )
+    } else if o.replicas < o.desired {
+        (
+            reason::SCALING_UP,
+            format!(
+                "scaling up: {} of {} replicas created, {} available",
+                o.replicas, o.desired, o.available
+            ),
+        )
+    } else if !replicas_updated(o) || o.observed_generation < o.generation {
+        let revision = o.update_revision.as_deref().map_or_else(
+            || "a new revision".to_owned(),
+            |r| format!("revision {r:?}"),
+        );
+        (
+            reason::UPDATING_REPLICAS,
+            format!(
+                "rolling out {revision}: {} of {} replicas updated",
+                o.updated,
+                o.desired - o.partition
+            ),
+        )
+    } else if claims_updating > 0 {
+        (
+            reason::UPDATING_VOLUME_CLAIMS,
+            format!("updating volume claims: {claims_updating} still updating"),
+        )
+    } else {
+        (
+            reason::WAITING_FOR_AVAILABILITY,
+            format!(
+                "waiting for replicas to become available: {} of {} available",
+                o.available, o.desired
+            ),
+        )
+    }
+}
+
+fn fresh(o: &Observed, now: &str, complete: bool) -> Progress {
+    Progress {
+        rollout: o.rollout.clone(),
+        complete,
+        progress_at: now.to_owned(),
+        best: Marks::of(o),
+        available: None,
+        progressing: None,
+    }
+}
+
+/// Decides the conditions and the record of one set at time `now`.
+pub fn plan(
+    o: &Observed,
+    existing: &[StatefulSetCondition],
+    recorded: Option<&Progress>,
+    now: Timestamp,
+) -> Decision {
+    let exact_now = now;
+    let now = truncate_to_seconds(now);
+    let now_text = format_time(now);
+    let marks = Marks::of(o);
+    let complete_now = is_complete(o);
+    let claims_updating = o.claims.is_some_and(|c| c.updating > 0);
+
+    let (mut progress, phase) = match recorded.filter(|r| r.rollout == o.rollout) {
+        // A new rollout (or none recorded): starting is progress.
+        None => {
+            let mut p = fresh(o, &now_text, complete_now);
+            if let Some(r) = recorded {
+                p.available = r.available.clone();
+                p.progressing = r.progressing.clone();
+            }
+            (
+                p,
+                if complete_now {
+                    Phase::Complete
+                } else {
+                    progressing(o)
+                },
+            )
+        }
+        // Done, and only availability moved since: stays done, as a Deployment's does.
+        Some(r) if r.complete && !claims_updating => (r.clone(), Phase::Complete),
+        // Done, then the claim rollout started: a new phase of the same rollout.
+        Some(r) if r.complete => {
+            let mut p = fresh(o, &now_text, false);
+            p.available = r.available.clone();
+            p.progressing = r.progressing.clone();
+            (p, progressing(o))
+        }
+        Some(r) => {
+            let mut p = r.clone();
+            if complete_now || r.best.surpassed_by(&marks) {
+                p.best = r.best.merged(&marks);
+                p.progress_at.clone_from(&now_text);
+                p.complete = complete_now;
+                (
+                    p,
+                    if complete_now {
+                        Phase::Complete
+                    } else {
+                        progressing(o)
+                    },
+                )
+            } else {
+                let since = parse_time(&r.progress_at).unwrap_or(now);
+                let idle = since.duration_until(now);
+                if !idle.is_negative() && idle.unsigned_abs() >= o.deadline {
+                    (p, Phase::Stalled(under_way(o).1))
+                } else {
+                    (p, progressing(o))
+                }
+            }
+        }
+    };
+
+    let available_now = o.available >= o.desired;
+    let available = condition(
+        AVAILABLE,
+        available_now,
+        if available_now {
+            reason::REPLICAS_AVAILABLE
+        } else {
+            reason::REPLICAS_UNAVAILABLE
+        },
+        format!("{} of {} replicas available.", o.available, o.desired),
+    );
+    let progressing_condition = match &phase {
+        Phase::Complete => condition(
+            PROGRESSING,
+            true,
+            reason::ROLLOUT_COMPLETE,
+            match &o.update_revision {
+                Some(r) => format!(
+                    "StatefulSet {:?} has successfully rolled out revision {r:?}.",
+                    o.name
+                ),
+                None => format!("StatefulSet {:?} has successfully rolled out.", o.name),
+            },
+        ),
+        Phase::Progressing(why, detail) => condition(
+            PROGRESSING,
+            true,
+            why,
+            format!("StatefulSet {:?} is {detail}.", o.name),
+        ),
+        Phase::Stalled(detail) => condition(
+            PROGRESSING,
+            false,
+            reason::PROGRESS_DEADLINE_EXCEEDED,
+            format!(
+                "StatefulSet {:?} has made no progress for {}s while {detail}.",
+                o.name,
+                o.deadline.as_secs()
+            ),
+        ),
+    };
+
+    let was_stalled = recorded
+        .and_then(|r| r.progressing.as_ref())
+        .is_some_and(|t| t.status == "False");
+    let mut ours = [available, progressing_condition];
+    for (c, record) in ours
+        .iter_mut()
+        .zip([&mut progress.available, &mut progress.progressing])
+    {
+        let since = existing
+            .iter()
+            .find(|e| e.type_ == c.type_ && e.status == c.status)
+            .and_then(|e| e.last_transition_time.clone())
+            .or_else(|| {
+                record
+                    .as_ref()
+                    .filter(|t| Some(&t.status) == c.status.as_ref())
+                    .and_then(|t| parse_time(&t.since))
+                    .map(Time)
+            })
+            .unwrap_or(Time(now));
+        if record
+            .as_ref()
+            .is_none_or(|t| Some(&t.status) != c.status.as_ref())
+        {
+            *record = Some(Transition {
+                status: c.status.clone().unwrap_or_default(),
+                since: format_time(since.0),
+            });
+        }
+        c.last_transition_time = Some(since);
+    }
+
+    let mut conditions: Vec<StatefulSetCondition> = Vec::with_capacity(existing.len() + 2);
+    for e in existing {
+        match ours.iter().find(|c| c.type_ == e.type_) {
+            // Ours replace theirs in place; a duplicate of our type is dropped.
+            Some(c) if !conditions.iter().any(|x| x.type_ == c.type_) => conditions.push(c.clone()),
+            Some(_) => {}
+            None => conditions.push(e.clone()),
+        }
+    }
+    for c in &ours {
+        if !conditions.iter().any(|x| x.type_ == c.type_) {
+            conditions.push(c.clone());
+        }
+    }
+
+    let look_again = match &phase {
+        Phase::Progressing(..) => {
+            let since = parse_time(&progress.progress_at).unwrap_or(now);
+            let due = since
+                .checked_add(jiff::SignedDuration::try_from(o.deadline).unwrap_or_default())
+                .unwrap_or(now);
+            let left = exact_now.duration_until(due);
+            let left = if left.is_negative() {
+                Duration::ZERO
+            } else {
+                left.unsigned_abs()
+            };
+            // A little late, so that the deadline has surely passed at the next look.
+            Some(left + LOOK_AGAIN_MARGIN)
+        }
+        Phase::Complete | Phase::Stalled(_) => None,
+    };
+    Decision {
+        deadline_exceeded: matches!(phase, Phase::Stalled(_)) && !was_stalled,
+        phase,
+        conditions: (conditions.as_slice() != existing).then_some(conditions),
+        progress: (Some(&progress) != recorded).then_some(progress),
+        look_again,
+    }
+}
+
+fn progressing(o: &Observed) -> Phase {
+    let (why, detail) = under_way(o);
+    Phase::Progressing(why, detail)
+}
+
+fn condition(type_: &str, status: bool, reason: &str, message: String) -> StatefulSetCondition {
+    StatefulSetCondition {
+        type_: Some(type_.to_owned()),
+        status: Some(if status { "True" } else { "False" }.to_owned()),
+        reason: Some(reason.to_owned()),
+        message: Some(message),
+        last_transition_time: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const T0: &str = "2030-01-01T00:00:00Z";
+
+    fn at(seconds_after_t0: i64) -> Timestamp {
+        Timestamp::from_second(parse_time(T0).map_or(0, |t| t.as_second()) + seconds_after_t0)
+            .unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn time(seconds_after_t0: i64) -> String {
+        format_time(at(seconds_after_t0))
+    }
+
+    /// A set of 3 replicas at generation 2; `status` and `annotations` merged over the base.
+    fn set(status: Value, annotations: Value) -> StatefulSet {
+        let mut base = json!({
+            "metadata": {"name": "web", "namespace": "ns", "generation": 2, "annotations": annotations},
+            "spec": {"replicas": 3, "selector": {}, "serviceName": "web", "template": {},
+                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}},
+            "status": {"observedGeneration": 2, "replicas": 3, "readyReplicas": 3, "availableReplicas": 3,
+                       "updatedReplicas": 3, "currentReplicas": 3, "currentRevision": "web-2", "updateRevision": "web-2"},
+        });
+        json_patch::merge(&mut base["status"], &status);
+        serde_json::from_value(base).expect("a set")
+    }
+
+    fn healthy() -> StatefulSet {
+        set(json!({}), json!({}))
+    }
+
+    fn cond(
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: &str,
+        since: i64,
+    ) -> StatefulSetCondition {
+        StatefulSetCondition {
+            type_: Some(type_.to_owned()),
+            status: Some(status.to_owned()),
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            last_transition_time: Some(Time(at(since))),
+        }
+    }
+
+    fn find<'a>(d: &'a Decision, type_: &str) -> &'a StatefulSetCondition {
+        d.conditions
+            .as_ref()
+            .and_then(|cs| cs.iter().find(|c| c.type_.as_deref() == Some(type_)))
+            .unwrap_or_else(|| panic!("a {type_} condition is written"))
+    }
+
+    fn summary(c: &StatefulSetCondition) -> (String, String, String) {
+        (
+            c.status.clone().unwrap_or_default(),
+            c.reason.clone().unwrap_or_default(),
+            c.message.clone().unwrap_or_default(),
+        )
+    }
+
+    fn record(rollout: &str, complete: bool, progress_at: i64, best: Marks) -> Progress {
+        Progress {
+            rollout: rollout.to_owned(),
+            complete,
+            progress_at: time(progress_at),
+            best,
+            available: Some(Transition {
+                status: "True".into(),
+                since: time(0),
+            }),
+            progressing: Some(Transition {
+                status: "True".into(),
+                since: time(0),
+            }),
+        }
+    }
+
+    fn marks(updated: i64, ready: i64, available: i64) -> Marks {
+        Marks {
+            observed_generation: 2,
+            updated,
+            ready,
+            available,
+            outdated: 3 - updated,
+            away: 0,
+            claims_compatible: 0,
+            claims_updating: 0,
+            current_revision: Some("web-1".into()),
+        }
+    }
+
+    /// A rollout from web-1 to web-2 with `updated` pods done and all ready.
+    fn rolling(updated: i64) -> StatefulSet {
+        set(
+            json!({"updatedReplicas": updated, "currentRevision": "web-1", "updateRevision": "web-2"}),
+            json!({}),
+        )
+    }
+
+    #[test]
+    fn a_new_set_is_scaling_up_and_unavailable() {
+        let s = set(
+            json!({"observedGeneration": null, "replicas": 0, "readyReplicas": null, "availableReplicas": 0,
+                   "updatedReplicas": null, "currentReplicas": null, "currentRevision": null, "updateRevision": null}),
+            json!({}),
+        );
+        let d = plan(&observe(&s), &[], None, at(5));
+        assert_eq!(
+            summary(find(&d, AVAILABLE)),
+            (
+                "False".into(),
+                reason::REPLICAS_UNAVAILABLE.into(),
+                "0 of 3 replicas available.".into()
+            )
+        );
+        assert_eq!(
+            summary(find(&d, PROGRESSING)),
+            (
+                "True".into(),
+                reason::SCALING_UP.into(),
+                "StatefulSet \"web\" is scaling up: 0 of 3 replicas created, 0 available.".into()
+            )
+        );
+        assert_eq!(
+            find(&d, PROGRESSING).last_transition_time,
+            Some(Time(at(5)))
+        );
+        let p = d.progress.expect("the record is written");
+        assert_eq!(
+            (p.rollout.as_str(), p.complete, p.progress_at.as_str()),
+            ("2", false, time(5).as_str())
+        );
+        assert_eq!(
+            d.look_again,
+            Some(Duration::from_secs(600) + LOOK_AGAIN_MARGIN),
+            "looked at again when the deadline passes"
+        );
+        assert!(!d.deadline_exceeded);
+    }
+
+    #[test]
+    fn a_complete_set_at_first_sight_is_recorded_complete() {
+        let d = plan(&observe(&healthy()), &[], None, at(0));
+        assert_eq!(
+            summary(find(&d, PROGRESSING)),
+            (
+                "True".into(),
+                reason::ROLLOUT_COMPLETE.into(),
+                "StatefulSet \"web\" has successfully rolled out revision \"web-2\".".into()
+            )
+        );
+        assert_eq!(
+            summary(find(&d, AVAILABLE)),
+            (
+                "True".into(),
+                reason::REPLICAS_AVAILABLE.into(),
+                "3 of 3 replicas available.".into()
+            )
+        );
+        assert!(d.progress.as_ref().is_some_and(|p| p.complete));
+        assert_eq!(d.look_again, None);
+    }
+
+    /// The conditions and record a first look wrote, as a later look reads them back.
+    fn settled(s: &StatefulSet, now: i64) -> (Vec<StatefulSetCondition>, Progress) {
+        let d = plan(&observe(s), &[], None, at(now));
+        (
+            d.conditions.unwrap_or_default(),
+            d.progress.expect("a record"),
+        )
+    }
+
+    #[test]
+    fn nothing_is_written_when_conditions_and_record_are_current() {
+        let (conditions, progress) = settled(&healthy(), 0);
+        for later in [1, 600, 86_400] {
+            let d = plan(
+                &observe(&healthy()),
+                &conditions,
+                Some(&progress),
+                at(later),
+            );
+            assert_eq!(
+                (d.conditions, d.progress, d.deadline_exceeded),
+                (None, None, false),
+                "at +{later}s"
+            );
+        }
+        // The same while a rollout waits within its deadline.
+        let (conditions, progress) = settled(&rolling(1), 0);
+        let d = plan(&observe(&rolling(1)), &conditions, Some(&progress), at(100));
+        assert_eq!((d.conditions, d.progress), (None, None));
+        assert_eq!(
+            d.look_again,
+            Some(Duration::from_secs(500) + LOOK_AGAIN_MARGIN)
+        );
+    }
+
+    #[test]
+    fn dropped_conditions_come_back_with_their_transition_times() {
+        let (conditions, progress) = settled(&rolling(1), 0);
+        // The built-in controller rewrote status without them.
+        let d = plan(&observe(&rolling(1)), &[], Some(&progress), at(30));
+        assert_eq!(d.conditions.as_deref(), Some(conditions.as_slice()));
+        assert_eq!(d.progress, None, "the record did not change");
+    }
+
+    #[test]
+    fn progress_moves_the_clock_and_keeps_the_transition_time() {
+        let rec = record("2", false, 0, marks(1, 3, 3));
+        let existing = [
+            cond(
+                AVAILABLE,
+                "True",
+                reason::REPLICAS_AVAILABLE,
+                "3 of 3 replicas available.",
+                0,
+            ),
+            cond(PROGRESSING, "True", reason::UPDATING_REPLICAS, "old", 0),
+        ];
+        let d = plan(&observe(&rolling(2)), &existing, Some(&rec), at(300));
+        let p = d.progress.clone().expect("progress is recorded");
+        assert_eq!(p.progress_at, time(300));
+        assert_eq!(p.best.updated, 2);
+        let c = find(&d, PROGRESSING);
+        assert_eq!(
+            summary(c),
+            (
+                "True".into(),
+                reason::UPDATING_REPLICAS.into(),
+                "StatefulSet \"web\" is rolling out revision \"web-2\": 2 of 3 replicas updated."
+                    .into()
+            )
+        );
+        assert_eq!(
+            c.last_transition_time,
+            Some(Time(at(0))),
+            "status did not change"
+        );
+        assert_eq!(
+            d.look_again,
+            Some(Duration::from_secs(600) + LOOK_AGAIN_MARGIN)
+        );
+    }
+
+    #[test]
+    fn progress_is_judged_against_high_water_marks() {
+        // (what changed, marks recorded, status now, progress?)
+        let cases: Vec<(&str, Marks, Value, bool)> = vec![
+            (
+                "one more pod updated",
+                marks(1, 3, 3),
+                json!({"updatedReplicas": 2, "currentRevision": "web-1"}),
+                true,
+            ),
+            (
+                "one more pod ready",
+                marks(1, 2, 2),
+                json!({"updatedReplicas": 1, "readyReplicas": 3, "availableReplicas": 2, "currentRevision": "web-1"}),
+                true,
+            ),
+            (
+                "one more pod available",
+                marks(1, 3, 2),
+                json!({"updatedReplicas": 1, "currentRevision": "web-1"}),
+                true,
+            ),
+            (
+                "a pod flapped back to ready",
+                marks(1, 3, 3),
+                json!({"updatedReplicas": 1, "currentRevision": "web-1"}),
+                false,
+            ),
+            (
+                "a pod went unready",
+                marks(1, 3, 3),
+                json!({"updatedReplicas": 1, "readyReplicas": 2, "availableReplicas": 2, "currentRevision": "web-1"}),
+                false,
+            ),
+            (
+                "the current revision moved",
+                marks(1, 3, 3),
+                json!({"updatedReplicas": 1, "currentRevision": "web-0"}),
+                true,
+            ),
+            (
+                "generation observed",
+                Marks {
+                    observed_generation: 1,
+                    ..marks(1, 3, 3)
+                },
+                json!({"updatedReplicas": 1, "currentRevision": "web-1"}),
+                true,
+            ),
+            (
+                "closer to the desired count",
+                Marks {
+                    away: 2,
+                    ..marks(1, 3, 3)
+                },
+                json!({"updatedReplicas": 1, "currentRevision": "web-1"}),
+                true,
+            ),
+            (
+                "a claim became compatible",
+                Marks {
+                    claims_compatible: 1,
+                    ..marks(1, 3, 3)
+                },
+                json!({"updatedReplicas": 1, "currentRevision": "web-1"}),
+                false,
+            ),
+        ];
+        for (name, best, status, progressed) in cases {
+            let s = set(status, json!({}));
+            let rec = record("2", false, 0, best);
+            let d = plan(&observe(&s), &[], Some(&rec), at(60));
+            let moved = d
+                .progress
+                .as_ref()
+                .is_some_and(|p| p.progress_at == time(60));
+            assert_eq!(moved, progressed, "{name}");
+        }
+        // Claims count from the claim rollout's status.
+        let s = set(
+            json!({"updatedReplicas": 1, "currentRevision": "web-1"}),
+            json!({"stateful-admission.io/volume-claim-status": r#"{"data": {"compatible": 2, "updating": 1, "overSized": 0, "totalCapacity": "3Gi"}}"#}),
+        );
+        let rec = record(
+            &observe(&s).rollout,
+            false,
+            0,
+            Marks {
+                claims_compatible: 1,
+                claims_updating: 1,
+                ..marks(1, 3, 3)
+            },
+        );
+        let d = plan(&observe(&s), &[], Some(&rec), at(60));
+        assert!(
+            d.progress.is_some_and(|p| p.progress_at == time(60)),
+            "a claim became compatible"
+        );
+    }
+
+    #[test]
+    fn no_progress_past_the_deadline_turns_progressing_false_once() {
+        let s = set(
+            json!({"updatedReplicas": 1, "currentRevision": "web-1"}),
+            json!({"stateful-admission.io/progress-deadline-seconds": "30"}),
+        );
+        let rec = record("2", false, 0, marks(1, 3, 3));
+        let existing = [
+            cond(
+                AVAILABLE,
+                "True",
+                reason::REPLICAS_AVAILABLE,
+                "3 of 3 replicas available.",
+                0,
+            ),
+            cond(PROGRESSING, "True", reason::UPDATING_REPLICAS, "x", 0),
+        ];
+        let within = plan(&observe(&s), &existing, Some(&rec), at(29));
+        assert_eq!(find(&within, PROGRESSING).status.as_deref(), Some("True"));
+        assert_eq!(
+            within.look_again,
+            Some(Duration::from_secs(1) + LOOK_AGAIN_MARGIN)
+        );
+
+        let d = plan(&observe(&s), &existing, Some(&rec), at(30));
+        let c = find(&d, PROGRESSING);
+        assert_eq!(
+            summary(c),
+            ("False".into(), reason::PROGRESS_DEADLINE_EXCEEDED.into(),
+             "StatefulSet \"web\" has made no progress for 30s while rolling out revision \"web-2\": 1 of 3 replicas updated.".into())
+        );
+        assert_eq!(c.last_transition_time, Some(Time(at(30))));
+        assert!(d.deadline_exceeded);
+        assert_eq!(d.look_again, None);
+        let p = d.progress.expect("the transition is recorded");
+        assert_eq!(
+            p.progressing,
+            Some(Transition {
+                status: "False".into(),
+                since: time(30)
+            })
+        );
+        assert_eq!(p.progress_at, time(0), "no progress was seen");
+
+        // Later looks neither warn again nor write.
+        let written = d.conditions.unwrap_or_default();
+        let again = plan(&observe(&s), &written, Some(&p), at(90));
+        assert_eq!(
+            (again.conditions, again.progress, again.deadline_exceeded),
+            (None, None, false)
+        );
+        // Nor after the built-in controller dropped the conditions.
+        let wiped = plan(&observe(&s), &[], Some(&p), at(95));
+        assert!(!wiped.deadline_exceeded);
+        assert_eq!(wiped.conditions.as_deref(), Some(written.as_slice()));
+
+        // Progress after the deadline makes it True again, with a new transition time.
+        let moved = set(
+            json!({"updatedReplicas": 2, "currentRevision": "web-1"}),
+            json!({"stateful-admission.io/progress-deadline-seconds": "30"}),
+        );
+        let d = plan(&observe(&moved), &written, Some(&p), at(100));
+        let c = find(&d, PROGRESSING);
+        assert_eq!(c.status.as_deref(), Some("True"));
+        assert_eq!(c.last_transition_time, Some(Time(at(100))));
+    }
+
+    #[test]
+    fn completion_sticks_until_the_next_rollout() {
+        let (conditions, progress) = settled(&healthy(), 0);
+        // A pod died: Available says so, Progressing still reports the finished rollout.
+        let degraded = set(
+            json!({"replicas": 2, "readyReplicas": 2, "availableReplicas": 2, "updatedReplicas": 2}),
+            json!({}),
+        );
+        let d = plan(&observe(&degraded), &conditions, Some(&progress), at(5000));
+        assert_eq!(find(&d, AVAILABLE).status.as_deref(), Some("False"));
+        assert_eq!(
+            find(&d, PROGRESSING).reason.as_deref(),
+            Some(reason::ROLLOUT_COMPLETE)
+        );
+        assert!(!d.deadline_exceeded);
+        assert_eq!(d.look_again, None);
+        let p = d.progress.expect("Available's transition is recorded");
+        assert_eq!(
+            p.available,
+            Some(Transition {
+                status: "False".into(),
+                since: time(5000)
+            })
+        );
+        assert!(p.complete);
+
+        // A new generation is a new rollout.
+        let mut next = healthy();
+        next.metadata.generation = Some(3);
+        let d = plan(&observe(&next), &conditions, Some(&progress), at(6000));
+        let p = d.progress.clone().expect("a new record");
+        assert_eq!(
+            (p.rollout.as_str(), p.progress_at.as_str()),
+            ("3", time(6000).as_str())
+        );
+        assert_eq!(
+            find(&d, PROGRESSING).reason.as_deref(),
+            Some(reason::UPDATING_REPLICAS)
+        );
+        assert_eq!(
+            p.progressing, progress.progressing,
+            "transition times carry over"
+        );
+    }
+
+    #[test]
+    fn claims_still_updating_keep_the_rollout_open() {
+        let claims = |updating: i64| {
+            set(
+                json!({}),
+                json!({"stateful-admission.io/volume-claim-status": format!(r#"[{{"compatible": 1, "updating": {updating}}}]"#)}),
+            )
+        };
+        let d = plan(&observe(&claims(2)), &[], None, at(0));
+        assert_eq!(
+            summary(find(&d, PROGRESSING)),
+            (
+                "True".into(),
+                reason::UPDATING_VOLUME_CLAIMS.into(),
+                "StatefulSet \"web\" is updating volume claims: 2 still updating.".into()
+            )
+        );
+        // Complete first, then the claim rollout starts: reopened, with a fresh clock.
+        let (conditions, progress) = settled(&claims(0), 0);
+        let d = plan(&observe(&claims(1)), &conditions, Some(&progress), at(900));
+        assert_eq!(
+            find(&d, PROGRESSING).reason.as_deref(),
+            Some(reason::UPDATING_VOLUME_CLAIMS)
+        );
+        assert_eq!(
+            find(&d, PROGRESSING).last_transition_time,
+            Some(Time(at(0)))
+        );
+        let p = d.progress.expect("reopened");
+        assert_eq!(
+            (p.complete, p.progress_at.as_str()),
+            (false, time(900).as_str())
+        );
+    }
+
+    #[test]
+    fn reasons_say_what_is_under_way() {
+        let cases = [
+            (
+                "scale down",
+                json!({"replicas": 5, "updatedReplicas": 5}),
+                reason::SCALING_DOWN,
+                "scaling down: 5 replicas, 3 desired",
+            ),
+            (
+                "scale up",
+                json!({"replicas": 2, "availableReplicas": 2, "updatedReplicas": 2}),
+                reason::SCALING_UP,
+                "scaling up: 2 of 3 replicas created, 2 available",
+            ),
+            (
+                "update",
+                json!({"updatedReplicas": 1, "currentRevision": "web-1"}),
+                reason::UPDATING_REPLICAS,
+                "rolling out revision \"web-2\": 1 of 3 replicas updated",
+            ),
+            (
+                "new generation not yet observed",
+                json!({"observedGeneration": 1}),
+                reason::UPDATING_REPLICAS,
+                "rolling out revision \"web-2\": 3 of 3 replicas updated",
+            ),
+            (
+                "availability",
+                json!({"availableReplicas": 2, "readyReplicas": 2}),
+                reason::WAITING_FOR_AVAILABILITY,
+                "waiting for replicas to become available: 2 of 3 available",
+            ),
+        ];
+        for (name, status, why, detail) in cases {
+            let d = plan(&observe(&set(status, json!({}))), &[], None, at(0));
+            assert_eq!(
+                summary(find(&d, PROGRESSING)),
+                (
+                    "True".into(),
+                    why.into(),
+                    format!("StatefulSet \"web\" is {detail}.")
+                ),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn completeness_follows_the_update_strategy() {
+        let mut partitioned = rolling(2);
+        partitioned.spec.update_strategy = serde_json::from_value(
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 1}}),
+        )
+        .ok();
+        let mut on_delete = rolling(0);
+        on_delete.spec.update_strategy = serde_json::from_value(json!({"type": "OnDelete"})).ok();
+        let mut huge_partition = rolling(0);
+        huge_partition.spec.update_strategy = serde_json::from_value(
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 99}}),
+        )
+        .ok();
+        let cases = [
+            ("all updated and available", healthy(), true),
+            ("rolling update half done", rolling(2), false),
+            ("partition reached", partitioned, true),
+            ("partition above the replicas", huge_partition, true),
+            ("OnDelete waits for nobody", on_delete, true),
+            (
+                "revisions differ",
+                set(json!({"currentRevision": "web-1"}), json!({})),
+                false,
+            ),
+            (
+                "not all available",
+                set(json!({"availableReplicas": 2}), json!({})),
+                false,
+            ),
+            (
+                "generation not observed",
+                set(json!({"observedGeneration": 1}), json!({})),
+                false,
+            ),
+            (
+                "claims updating",
+                set(
+                    json!({}),
+                    json!({"stateful-admission.io/volume-claim-status": r#"{"data": {"updating": 1}}"#}),
+                ),
+                false,
+            ),
+            (
+                "claims done",
+                set(
+                    json!({}),
+                    json!({"stateful-admission.io/volume-claim-status": r#"{"data": {"updating": 0, "compatible": 3}}"#}),
+                ),
+                true,
+            ),
+        ];
+        for (name, s, complete) in cases {
+            assert_eq!(is_complete(&observe(&s)), complete, "{name}");
+        }
+    }
+
+    #[test]
+    fn other_conditions_are_kept_in_place() {
+        let foreign = StatefulSetCondition {
+            type_: Some("Custom".into()),
+            status: Some("True".into()),
+            reason: None,
+            message: None,
+            last_transition_time: None,
+        };
+        let existing = [
+            cond(PROGRESSING, "True", "X", "x", 0),
+            foreign.clone(),
+            cond(PROGRESSING, "True", "X", "duplicate", 0),
+        ];
+        let d = plan(&observe(&healthy()), &existing, None, at(10));
+        let types: Vec<_> = d
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.type_.unwrap_or_default())
+            .collect();
+        assert_eq!(types, [PROGRESSING, "Custom", AVAILABLE]);
+    }
+
+    #[test]
+    fn a_malformed_record_is_rewritten() {
+        for text in ["not json", "{}", r#"{"rollout": 5}"#, "null"] {
+            let s = set(json!({}), json!({"stateful-admission.io/progress": text}));
+            assert_eq!(read_progress(&s), None, "{text}");
+            assert!(
+                plan(&observe(&s), &[], read_progress(&s).as_ref(), at(0))
+                    .progress
+                    .is_some()
+            );
+        }
+        let (_, progress) = settled(&healthy(), 0);
+        let text = serde_json::to_string(&progress).unwrap_or_default();
+        let s = set(json!({}), json!({"stateful-admission.io/progress": text}));
+        assert_eq!(read_progress(&s), Some(progress));
+    }
+
+    #[test]
+    fn claim_status_is_read_leniently() {
+        let cases: [(&str, Option<ClaimCounts>); 9] = [
+            (
+                r#"{"data": {"compatible": 3, "updating": 1, "overSized": 0, "totalCapacity": "3Gi"}, "logs": {"compatible": 2, "updating": 2}}"#,
+                Some(ClaimCounts {
+                    compatible: 5,
+                    updating: 3,
+                }),
+            ),
+            (
+                r#"[{"name": "data", "compatible": 1, "updating": 0}]"#,
+                Some(ClaimCounts {
+                    compatible: 1,
+                    updating: 0,
+                }),
+            ),
+            (
+                r#"{"compatible": 2, "updating": 1}"#,
+                Some(ClaimCounts {
+                    compatible: 2,
+                    updating: 1,
+                }),
+            ),
+            (
+                r#"{"data": {"updating": "1"}}"#,
+                Some(ClaimCounts::default()),
+            ),
+            (
+                r#"{"data": {"updating": -4}}"#,
+                Some(ClaimCounts::default()),
+            ),
+            (
+                r#"{"a": {"updating": 9223372036854775807}, "b": {"updating": 5}}"#,
+                Some(ClaimCounts {
+                    compatible: 0,
+                    updating: i64::MAX,
+                }),
+            ),
+            ("not json", None),
+            ("42", None),
+            ("", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(claim_counts(text), expected, "{text}");
+        }
+        let huge = format!("[{}]", vec![r#"{"updating": 1}"#; 10_000].join(","));
+        assert_eq!(claim_counts(&huge).map(|c| c.updating), Some(10_000));
+    }
+
+    #[test]
+    fn the_deadline_annotation_falls_back_to_the_default() {
+        let cases = [
+            (None, 600),
+            (Some("30"), 30),
+            (Some(" 45 "), 45),
+            (Some("0"), 600),
+            (Some("-5"), 600),
+            (Some("1.5"), 600),
+            (Some("2147483647"), 2_147_483_647),
+            (Some("2147483648"), 600),
+            (Some("ten"), 600),
+        ];
+        for (value, secs) in cases {
+            assert_eq!(deadline(value), Duration::from_secs(secs), "{value:?}");
+        }
+    }
+
+    #[test]
+    fn the_rollout_key_follows_generation_and_desired_templates() {
+        assert_eq!(rollout_key(4, None), "4");
+        assert_eq!(rollout_key(4, Some("[]")), rollout_key(4, Some("[]")));
+        assert_ne!(rollout_key(4, Some("[]")), rollout_key(4, Some("[{}]")));
+        assert_ne!(rollout_key(4, Some("[]")), rollout_key(5, Some("[]")));
+        // Stable across builds: the record outlives the binary.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

@@ -1,0 +1,401 @@
+//! The retroactive default StorageClass (KEP-3333) end to end: the controller against the
+//! fake API server, reacting to classes and namespaces as they change.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::events::v1::Event as EventV1;
+use serde_json::{Value, json};
+use stateful_admission::controller::ControllerConfig;
+
+use crate::support::controller::{RunningController, config, eventually, no_features};
+use crate::support::fake_apiserver::FakeApiServer;
+use crate::support::fake_apiserver::resources::PERSISTENT_VOLUME_CLAIMS;
+
+fn settings(resync: Duration) -> ControllerConfig {
+    let mut c = config(
+        "defclass",
+        stateful_admission::controller::Features {
+            retroactive_default_class: true,
+            ..no_features()
+        },
+    );
+    c.resync = resync;
+    c
+}
+
+fn class(api: &FakeApiServer, name: &str, default: bool, created: &str) {
+    api.put_object(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "provisioner": "csi.example.com",
+        "metadata": {"name": name, "creationTimestamp": created, "annotations": {
+            "storageclass.kubernetes.io/is-default-class": if default { "true" } else { "false" }}},
+    }));
+}
+
+fn claim(api: &FakeApiServer, namespace: &str, name: &str, spec: Value, extra_meta: Value) {
+    let mut spec_full =
+        json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}});
+    json_patch::merge(&mut spec_full, &spec);
+    let mut object = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec_full, "status": {"phase": "Pending"},
+    });
+    json_patch::merge(&mut object["metadata"], &extra_meta);
+    api.put_object(object);
+}
+
+fn class_of(api: &FakeApiServer, namespace: &str, name: &str) -> Option<String> {
+    api.get::<PersistentVolumeClaim>(namespace, name)
+        .and_then(|c| c.spec)
+        .and_then(|s| s.storage_class_name)
+}
+
+fn claim_patches(api: &FakeApiServer) -> Vec<(String, u16)> {
+    api.writes()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains("/persistentvolumeclaims/"))
+        .map(|r| (r.path, r.code))
+        .collect()
+}
+
+fn events(api: &FakeApiServer, reason: &str) -> Vec<EventV1> {
+    api.list::<EventV1>()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+fn metric(controller: &RunningController, name: &str) -> Option<u64> {
+    controller.metrics().lines().find_map(|l| {
+        l.strip_prefix(&format!("{name} "))
+            .and_then(|v| v.parse().ok())
+    })
+}
+
+async fn leading(controller: &RunningController) {
+    assert!(eventually(Duration::from_secs(5), || controller.is_leader()).await);
+    // Caches list before the loop acts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_created_before_any_default_gets_one_as_soon_as_a_default_appears() {
+    let api = FakeApiServer::start().await;
+    class(&api, "plain", false, "2024-01-01T00:00:00Z");
+    claim(&api, "default", "data", json!({}), json!({}));
+    claim(
+        &api,
+        "default",
+        "chosen",
+        json!({"storageClassName": "plain"}),
+        json!({}),
+    );
+    claim(
+        &api,
+        "default",
+        "no-class",
+        json!({"storageClassName": ""}),
+        json!({}),
+    );
+    claim(
+        &api,
+        "default",
+        "beta",
+        json!({}),
+        json!({"annotations": {"volume.beta.kubernetes.io/storage-class": "plain"}}),
+    );
+    claim(
+        &api,
+        "default",
+        "prebound",
+        json!({"volumeName": "pv-1"}),
+        json!({}),
+    );
+    // A long resync: only the class watch can explain a prompt assignment.
+    let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
+    leading(&controller).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(class_of(&api, "default", "data"), None, "no default yet");
+    assert!(claim_patches(&api).is_empty());
+
+    let appeared = tokio::time::Instant::now();
+    class(&api, "gold", true, "2024-02-01T00:00:00Z");
+    api.wait_for(
+        |s| {
+            s.get_object(&PERSISTENT_VOLUME_CLAIMS, "default", "data")
+                .and_then(|c| c.pointer("/spec/storageClassName").cloned())
+                == Some(json!("gold"))
+        },
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("the claim gets the new default");
+    let took = appeared.elapsed();
+    println!("default class assigned {took:?} after the class appeared");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let patches = claim_patches(&api);
+    assert_eq!(
+        patches,
+        [(
+            "/api/v1/namespaces/default/persistentvolumeclaims/data".to_owned(),
+            200
+        )]
+    );
+    let body = api
+        .writes()
+        .into_iter()
+        .find(|r| r.method == "PATCH" && r.path.ends_with("/data"))
+        .and_then(|r| r.body)
+        .unwrap_or_default();
+    assert!(
+        body.pointer("/metadata/resourceVersion")
+            .is_some_and(Value::is_string),
+        "precondition sent: {body}"
+    );
+    for (name, expected) in [
+        ("chosen", Some("plain")),
+        ("no-class", Some("")),
+        ("beta", None),
+        ("prebound", None),
+    ] {
+        assert_eq!(
+            class_of(&api, "default", name).as_deref(),
+            expected,
+            "{name} is untouched"
+        );
+    }
+    assert_eq!(
+        metric(&controller, "retroactive_storageclass_total"),
+        Some(1)
+    );
+    assert_eq!(
+        metric(&controller, "retroactive_storageclass_errors_total"),
+        Some(0)
+    );
+    let assigned = events(&api, "DefaultStorageClassAssigned");
+    assert_eq!(assigned.len(), 1);
+    assert_eq!(
+        assigned[0]
+            .regarding
+            .as_ref()
+            .and_then(|r| r.name.as_deref()),
+        Some("data")
+    );
+    assert!(
+        assigned[0]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("\"gold\" (the cluster default)"))
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_two_defaults_the_newest_wins_and_a_namespace_default_comes_first() {
+    let api = FakeApiServer::start().await;
+    class(&api, "older", true, "2024-01-01T00:00:00Z");
+    class(&api, "newer", true, "2024-06-01T00:00:00Z");
+    class(&api, "team-class", false, "2023-01-01T00:00:00Z");
+    api.put_object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
+    let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
+    leading(&controller).await;
+
+    // Claims appearing while defaults exist (as if the admission plugin were off).
+    claim(&api, "default", "a", json!({}), json!({}));
+    assert!(
+        eventually(Duration::from_secs(3), || class_of(&api, "default", "a")
+            .as_deref()
+            == Some("newer"))
+        .await
+    );
+
+    // A namespace default set later applies to its classless claims at once.
+    class(&api, "older", false, "2024-01-01T00:00:00Z");
+    class(&api, "newer", false, "2024-06-01T00:00:00Z");
+    // Separate watches: give the class watch time to deliver before the claim appears.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    claim(&api, "team", "b", json!({}), json!({}));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(class_of(&api, "team", "b"), None, "no default anywhere");
+    api.put_object(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team",
+        "annotations": {"stateful-admission.io/default-storage-class": "team-class"}}}),
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || class_of(&api, "team", "b")
+            .as_deref()
+            == Some("team-class"))
+        .await
+    );
+
+    // An opted-out namespace is left alone.
+    api.put_object(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "off",
+        "labels": {"stateful-admission.io/ignore": "true"}}}),
+    );
+    claim(&api, "off", "c", json!({}), json!({}));
+    class(&api, "older", true, "2024-01-01T00:00:00Z");
+    assert!(
+        eventually(Duration::from_secs(3), || class_of(&api, "default", "a")
+            .is_some())
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(class_of(&api, "off", "c"), None);
+    assert_eq!(
+        metric(&controller, "retroactive_storageclass_total"),
+        Some(2)
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_bound_meanwhile_is_left_alone() {
+    let api = FakeApiServer::start().await;
+    let names: Vec<String> = (0..20).map(|n| format!("race-{n}")).collect();
+    for name in &names {
+        claim(&api, "default", name, json!({}), json!({}));
+    }
+    let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
+    leading(&controller).await;
+    // Bound (and pre-bound) at the moment the default appears: whichever the controller
+    // sees first, the claims must keep no class — either they are no longer candidates,
+    // or the patch carries a stale resourceVersion and is refused.
+    for name in &names {
+        claim(
+            &api,
+            "default",
+            name,
+            json!({"volumeName": format!("pv-{name}")}),
+            json!({}),
+        );
+        let mut bound = api
+            .get_object(&PERSISTENT_VOLUME_CLAIMS, "default", name)
+            .unwrap_or_default();
+        bound["status"] = json!({"phase": "Bound"});
+        api.put_object(bound);
+    }
+    class(&api, "gold", true, "2024-01-01T00:00:00Z");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for name in &names {
+        assert_eq!(
+            class_of(&api, "default", name),
+            None,
+            "{name} keeps no class"
+        );
+    }
+    let patches = claim_patches(&api);
+    assert!(
+        patches.iter().all(|(_, code)| *code == 409),
+        "only refused patches: {patches:?}"
+    );
+    println!(
+        "{} of {} racing claims were patched with a stale version and refused",
+        patches.len(),
+        names.len()
+    );
+    assert!(events(&api, "DefaultStorageClassAssigned").is_empty());
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| c.retroactive_default_class_allowed = false);
+    claim(&api, "default", "data", json!({}), json!({}));
+    // A short resync: the rejected claim is looked at many times.
+    let controller = RunningController::start(&api, settings(Duration::from_millis(200)));
+    leading(&controller).await;
+    class(&api, "gold", true, "2024-01-01T00:00:00Z");
+    assert!(eventually(Duration::from_secs(3), || !claim_patches(&api).is_empty()).await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        claim_patches(&api).len(),
+        1,
+        "one attempt per claim version, whatever the resyncs"
+    );
+    assert_eq!(claim_patches(&api)[0].1, 422);
+    assert_eq!(
+        metric(&controller, "retroactive_storageclass_total"),
+        Some(1)
+    );
+    assert_eq!(
+        metric(&controller, "retroactive_storageclass_errors_total"),
+        Some(1)
+    );
+    let rejected = events(&api, "DefaultStorageClassRejected");
+    assert_eq!(rejected.len(), 1);
+    let note = rejected[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("spec is immutable after creation") && note.contains("before 1.25"),
+        "{note}"
+    );
+    assert!(rejected[0].series.is_none(), "not repeated");
+
+    // A change to the claim is worth one more try; the report is not repeated.
+    claim(
+        &api,
+        "default",
+        "data",
+        json!({}),
+        json!({"labels": {"edited": "yes"}}),
+    );
+    assert!(eventually(Duration::from_secs(3), || claim_patches(&api).len() == 2).await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(claim_patches(&api).len(), 2);
+    assert_eq!(
+        metric(&controller, "retroactive_storageclass_errors_total"),
+        Some(2)
+    );
+    let rejected = events(&api, "DefaultStorageClassRejected");
+    assert_eq!(rejected.len(), 1);
+    assert!(rejected[0].series.is_none());
+
+    // After an upgrade, the next change gets the class.
+    api.configure(|c| c.retroactive_default_class_allowed = true);
+    claim(
+        &api,
+        "default",
+        "data",
+        json!({}),
+        json!({"labels": {"edited": "again"}}),
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || class_of(&api, "default", "data")
+            .as_deref()
+            == Some("gold"))
+        .await
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_request_is_retried_and_counted() {
+    let api = FakeApiServer::start().await;
+    claim(&api, "default", "data", json!({}), json!({}));
+    let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
+    leading(&controller).await;
+    api.fail_next("PATCH", "persistentvolumeclaims/data", 500, 1);
+    class(&api, "gold", true, "2024-01-01T00:00:00Z");
+    assert!(
+        eventually(Duration::from_secs(10), || class_of(
+            &api, "default", "data"
+        )
+        .as_deref()
+            == Some("gold"))
+        .await,
+        "retried after the failure, well before the resync"
+    );
+    assert_eq!(
+        metric(&controller, "retroactive_storageclass_total"),
+        Some(2)
+    );
+    assert_eq!(
+        metric(&controller, "retroactive_storageclass_errors_total"),
+        Some(1)
+    );
+    controller.stop().await;
+}

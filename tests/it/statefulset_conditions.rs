@@ -1,0 +1,421 @@
+//! `Available` and `Progressing` on StatefulSets (KEP-2804) end to end: the controller
+//! against the fake API server, with the built-in StatefulSet controller simulated by
+//! status rewrites that drop every condition, as the real one does on each status write.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::events::v1::Event as EventV1;
+use serde_json::{Value, json};
+use stateful_admission::controller::{ControllerConfig, Features};
+
+use crate::support::controller::{RunningController, config, eventually, no_features};
+use crate::support::fake_apiserver::FakeApiServer;
+use crate::support::fake_apiserver::resources::STATEFULSETS;
+
+const NS: &str = "default";
+
+fn settings(resync: Duration) -> ControllerConfig {
+    let mut c = config(
+        "conditions",
+        Features {
+            conditions: true,
+            ..no_features()
+        },
+    );
+    c.resync = resync;
+    c
+}
+
+fn status(
+    generation: i64,
+    replicas: i64,
+    ready: i64,
+    updated: i64,
+    current: &str,
+    update: &str,
+) -> Value {
+    json!({"observedGeneration": generation, "replicas": replicas, "readyReplicas": ready,
+           "availableReplicas": ready, "updatedReplicas": updated, "currentReplicas": replicas - updated,
+           "currentRevision": current, "updateRevision": update})
+}
+
+/// A set of 3 replicas, as created (status as the registry sets it).
+fn create_set(api: &FakeApiServer, name: &str, annotations: Value, status: Value) {
+    api.put_object(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+        "spec": {"replicas": 3, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "v1"}]}}},
+        "status": status,
+    }));
+}
+
+/// The built-in controller's status write: the whole status rebuilt, no conditions.
+fn builtin_writes_status(api: &FakeApiServer, name: &str, status: Value) {
+    let mut set = api
+        .get_object(&STATEFULSETS, NS, name)
+        .expect("the set exists");
+    set["status"] = status;
+    api.put_object(set);
+}
+
+/// A user edits the pod template: a new generation.
+fn new_generation(api: &FakeApiServer, name: &str) -> i64 {
+    let mut set = api
+        .get_object(&STATEFULSETS, NS, name)
+        .expect("the set exists");
+    let generation = set
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+        + 1;
+    set["metadata"]["generation"] = json!(generation);
+    set["spec"]["template"]["spec"]["containers"][0]["image"] = json!(format!("v{generation}"));
+    api.put_object(set);
+    generation
+}
+
+fn annotate(api: &FakeApiServer, name: &str, key: &str, value: &str) {
+    let mut set = api
+        .get_object(&STATEFULSETS, NS, name)
+        .expect("the set exists");
+    set["metadata"]["annotations"][key] = json!(value);
+    api.put_object(set);
+}
+
+/// `(status, reason, lastTransitionTime)` of a condition.
+fn condition(api: &FakeApiServer, name: &str, type_: &str) -> Option<(String, String, String)> {
+    let set = api.get_object(&STATEFULSETS, NS, name)?;
+    let c = set
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?
+        .clone();
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("lastTransitionTime")))
+}
+
+async fn expect_condition(
+    api: &FakeApiServer,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> String {
+    let ok = eventually(Duration::from_secs(5), || {
+        condition(api, name, type_).is_some_and(|(s, r, _)| s == status && r == reason)
+    })
+    .await;
+    assert!(
+        ok,
+        "{name}: {type_}={status} ({reason}) expected, have {:?}",
+        condition(api, name, type_)
+    );
+    condition(api, name, type_).map(|c| c.2).unwrap_or_default()
+}
+
+fn status_patches(api: &FakeApiServer) -> usize {
+    api.writes()
+        .iter()
+        .filter(|r| r.path.ends_with("/status"))
+        .count()
+}
+
+/// Writes other than the Lease renewals.
+fn object_writes(api: &FakeApiServer) -> Vec<String> {
+    api.writes()
+        .into_iter()
+        .filter(|r| !r.path.contains("/leases"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+fn metric(controller: &RunningController, name: &str) -> Option<u64> {
+    controller.metrics().lines().find_map(|l| {
+        l.strip_prefix(&format!("{name} "))
+            .and_then(|v| v.parse().ok())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_that_completes() {
+    let api = FakeApiServer::start().await;
+    create_set(
+        &api,
+        "web",
+        json!({}),
+        json!({"replicas": 0, "availableReplicas": 0}),
+    );
+    let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
+    let progressing_since = expect_condition(&api, "web", "Progressing", "True", "ScalingUp").await;
+    expect_condition(&api, "web", "Available", "False", "ReplicasUnavailable").await;
+
+    // Pods come up one by one; every status write drops the conditions, which come back.
+    for n in 1..=3 {
+        builtin_writes_status(&api, "web", status(1, n, n - 1, n, "web-1", "web-1"));
+        builtin_writes_status(&api, "web", status(1, n, n, n, "web-1", "web-1"));
+        let reason = if n < 3 {
+            "ScalingUp"
+        } else {
+            "RolloutComplete"
+        };
+        let since = expect_condition(&api, "web", "Progressing", "True", reason).await;
+        assert_eq!(
+            since, progressing_since,
+            "lastTransitionTime kept while Progressing stays True"
+        );
+    }
+    expect_condition(&api, "web", "Available", "True", "ReplicasAvailable").await;
+
+    // A template change rolls out from the highest ordinal down, with a claim rollout.
+    let generation = new_generation(&api, "web");
+    annotate(
+        &api,
+        "web",
+        "stateful-admission.io/volume-claim-status",
+        r#"{"data": {"compatible": 0, "updating": 3, "overSized": 0, "totalCapacity": "3Gi"}}"#,
+    );
+    builtin_writes_status(&api, "web", status(generation, 3, 3, 0, "web-1", "web-2"));
+    expect_condition(&api, "web", "Progressing", "True", "UpdatingReplicas").await;
+    for updated in 1..=3 {
+        builtin_writes_status(
+            &api,
+            "web",
+            status(generation, 3, 2, updated, "web-1", "web-2"),
+        );
+        builtin_writes_status(
+            &api,
+            "web",
+            status(generation, 3, 3, updated, "web-1", "web-2"),
+        );
+    }
+    builtin_writes_status(&api, "web", status(generation, 3, 3, 3, "web-2", "web-2"));
+    // Pods are done; claims are not: not complete.
+    expect_condition(&api, "web", "Progressing", "True", "UpdatingVolumeClaims").await;
+    annotate(
+        &api,
+        "web",
+        "stateful-admission.io/volume-claim-status",
+        r#"{"data": {"compatible": 3, "updating": 0, "overSized": 0, "totalCapacity": "6Gi"}}"#,
+    );
+    let since = expect_condition(&api, "web", "Progressing", "True", "RolloutComplete").await;
+    assert_eq!(since, progressing_since, "Progressing never left True");
+    assert!(events(&api, "ProgressDeadlineExceeded").is_empty());
+
+    // The progress record survives on the object; a restarted controller writes nothing.
+    controller.stop().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    api.clear_requests();
+    let restarted = RunningController::start(&api, settings(Duration::from_millis(300)));
+    assert!(eventually(Duration::from_secs(5), || restarted.is_leader()).await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(object_writes(&api), Vec::<String>::new());
+    restarted.stop().await;
+}
+
+fn events(api: &FakeApiServer, reason: &str) -> Vec<EventV1> {
+    api.list::<EventV1>()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_stuck_past_its_deadline() {
+    let api = FakeApiServer::start().await;
+    create_set(
+        &api,
+        "db",
+        json!({"stateful-admission.io/progress-deadline-seconds": "2"}),
+        status(2, 3, 3, 1, "db-1", "db-2"),
+    );
+    let mut set = api.get_object(&STATEFULSETS, NS, "db").expect("set");
+    set["metadata"]["generation"] = json!(2);
+    api.put_object(set);
+    let started = tokio::time::Instant::now();
+    let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
+    let since = expect_condition(&api, "db", "Progressing", "True", "UpdatingReplicas").await;
+
+    // Nothing moves: the deadline passes (no resync needed: the controller looks again then).
+    expect_condition(
+        &api,
+        "db",
+        "Progressing",
+        "False",
+        "ProgressDeadlineExceeded",
+    )
+    .await;
+    let stalled_after = started.elapsed();
+    println!("ProgressDeadlineExceeded {stalled_after:?} after start with a 2s deadline");
+    // Times have seconds precision (as the apiserver's): the deadline may end up to 1s early.
+    assert!(
+        stalled_after >= Duration::from_secs(1) && stalled_after < Duration::from_secs(5),
+        "{stalled_after:?}"
+    );
+    let set: StatefulSet = api.get(NS, "db").expect("set");
+    let message = set
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|cs| {
+            cs.into_iter()
+                .find(|c| c.type_.as_deref() == Some("Progressing"))
+        })
+        .and_then(|c| c.message)
+        .unwrap_or_default();
+    assert_eq!(
+        message,
+        "StatefulSet \"db\" has made no progress for 2s while rolling out revision \"db-2\": 1 of 3 replicas updated."
+    );
+    assert_ne!(
+        condition(&api, "db", "Progressing").map(|c| c.2),
+        Some(since)
+    );
+
+    // One warning, however often the set is looked at or its status rewritten.
+    for _ in 0..3 {
+        builtin_writes_status(&api, "db", status(2, 3, 3, 1, "db-1", "db-2"));
+        expect_condition(
+            &api,
+            "db",
+            "Progressing",
+            "False",
+            "ProgressDeadlineExceeded",
+        )
+        .await;
+    }
+    let warned = events(&api, "ProgressDeadlineExceeded");
+    assert_eq!(warned.len(), 1);
+    assert_eq!(warned[0].type_.as_deref(), Some("Warning"));
+    assert!(warned[0].series.is_none());
+    assert_eq!(
+        metric(&controller, "statefulset_progress_deadline_exceeded_total"),
+        Some(1)
+    );
+
+    // Progress again: back to True.
+    builtin_writes_status(&api, "db", status(2, 3, 3, 2, "db-1", "db-2"));
+    expect_condition(&api, "db", "Progressing", "True", "UpdatingReplicas").await;
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conditions_dropped_by_a_foreign_status_write_return_promptly() {
+    const TRIALS: usize = 50;
+    let api = FakeApiServer::start().await;
+    create_set(&api, "web", json!({}), status(1, 3, 3, 3, "web-1", "web-1"));
+    let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
+    expect_condition(&api, "web", "Progressing", "True", "RolloutComplete").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = status_patches(&api);
+    let record_writes = metric(&controller, "statefulset_progress_record_writes_total");
+
+    let mut absent = Vec::with_capacity(TRIALS);
+    for trial in 0..TRIALS {
+        let mut changes = api.subscribe();
+        // Alternate between a rewrite of the same numbers and one that changes them.
+        let ready = if trial % 2 == 0 { 3 } else { 2 };
+        let wiped_at = tokio::time::Instant::now();
+        builtin_writes_status(&api, "web", status(1, 3, ready, 3, "web-1", "web-1"));
+        let back = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let Ok(change) = changes.recv().await else {
+                    continue;
+                };
+                if change.object.pointer("/metadata/name") == Some(&json!("web"))
+                    && change
+                        .object
+                        .pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .is_some_and(|c| c.len() == 2)
+                {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(back.is_ok(), "trial {trial}: conditions did not come back");
+        absent.push(wiped_at.elapsed());
+    }
+    absent.sort();
+    let p50 = absent[TRIALS / 2];
+    let p90 = absent[TRIALS * 9 / 10];
+    let max = absent[TRIALS - 1];
+    println!(
+        "conditions absent after a foreign status write over {TRIALS} trials: min {:?}, p50 {p50:?}, p90 {p90:?}, max {max:?}",
+        absent[0]
+    );
+    assert!(max < Duration::from_secs(1), "max {max:?}");
+
+    // Exactly one status patch per wipe, and no more once they are back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(status_patches(&api) - before, TRIALS);
+    // Availability flapped: the record changed exactly when Available changed status.
+    let record_writes_after = metric(&controller, "statefulset_progress_record_writes_total");
+    assert_eq!(
+        record_writes_after.zip(record_writes).map(|(a, b)| a - b),
+        Some(TRIALS as u64 - 1)
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_writes_at_steady_state_over_500_sets() {
+    const SETS: usize = 500;
+    let api = FakeApiServer::start().await;
+    for n in 0..SETS {
+        let name = format!("s{n}");
+        create_set(
+            &api,
+            &name,
+            json!({}),
+            status(1, 3, 3, 3, &format!("{name}-1"), &format!("{name}-1")),
+        );
+    }
+    let resync = Duration::from_millis(500);
+    let started = tokio::time::Instant::now();
+    let controller = RunningController::start(&api, settings(resync));
+    let settled = eventually(Duration::from_secs(60), || {
+        api.list_objects(&STATEFULSETS).iter().all(|s| {
+            s.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|c| c.len() == 2)
+        })
+    })
+    .await;
+    assert!(settled, "every set gets its conditions");
+    let took = started.elapsed();
+    let first_pass = object_writes(&api).len();
+    println!("{SETS} sets settled in {took:?} with {first_pass} writes");
+    assert_eq!(
+        first_pass,
+        2 * SETS,
+        "one record and one status write per set"
+    );
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    api.clear_requests();
+    let reconciles = |c: &RunningController| {
+        c.metrics()
+            .lines()
+            .find(|l| l.starts_with("controller_reconciles_total{") && l.contains("success"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    let before = reconciles(&controller);
+    tokio::time::sleep(resync * 6).await;
+    assert_eq!(
+        object_writes(&api),
+        Vec::<String>::new(),
+        "no writes over six resync periods"
+    );
+    let looked = reconciles(&controller) - before;
+    println!("{looked} reconciles in the quiet window, no writes");
+    assert!(
+        looked >= SETS,
+        "the sets were looked at again ({looked} reconciles)"
+    );
+    controller.stop().await;
+}
