@@ -248,6 +248,10 @@ struct ControllerArgs {
     /// Maintain Available and Progressing conditions on StatefulSets.
     #[arg(long, env = "STATEFUL_ADMISSION_STATEFULSET_CONDITIONS", default_value_t = true, action = clap::ArgAction::Set)]
     statefulset_conditions: bool,
+    /// How often a convergence in flight (set being deleted, journal whose set is gone) is
+    /// looked at again.
+    #[arg(long, env = "STATEFUL_ADMISSION_CONVERGE_POLL", default_value = "1s", value_parser = parse_duration)]
+    converge_poll: Duration,
     /// Drive maxUnavailable rolling updates where the apiserver's gate is off.
     #[arg(long, env = "STATEFUL_ADMISSION_MAX_UNAVAILABLE_DRIVER", default_value_t = true, action = clap::ArgAction::Set)]
     max_unavailable_driver: bool,
@@ -276,6 +280,7 @@ impl ControllerArgs {
                 conditions: self.statefulset_conditions,
                 max_unavailable: self.max_unavailable_driver,
             },
+            converge_poll: self.converge_poll,
             ..ControllerConfig::default()
         })
     }

@@ -1,9 +1,11 @@
 //! Integration tests: one binary, one module per area.
 
 mod certs;
+mod claim_rollout;
 mod claim_rules;
 mod common;
 mod controller_runtime;
+mod e2e_cluster;
 mod fake_apiserver_tests;
 mod review_cli;
 mod serve_cluster;
