@@ -250,6 +250,10 @@ struct ControllerArgs {
     /// Maintain Available and Progressing conditions on StatefulSets.
     #[arg(long, env = "STATEFUL_ADMISSION_STATEFULSET_CONDITIONS", default_value_t = true, action = clap::ArgAction::Set)]
     statefulset_conditions: bool,
+    /// How often a convergence in flight (set being deleted, journal whose set is gone) is
+    /// looked at again.
+    #[arg(long, env = "STATEFUL_ADMISSION_CONVERGE_POLL", default_value = "1s", value_parser = parse_duration)]
+    converge_poll: Duration,
     /// Drive maxUnavailable rolling updates where the apiserver's gate is off.
     #[arg(long, env = "STATEFUL_ADMISSION_MAX_UNAVAILABLE_DRIVER", default_value_t = true, action = clap::ArgAction::Set)]
     max_unavailable_driver: bool,
@@ -306,6 +310,7 @@ impl ControllerArgs {
                 probe_interval: self.max_unavailable_gate_probe_interval,
                 ..max_unavailable::Settings::default()
             },
+            converge_poll: self.converge_poll,
             ..ControllerConfig::default()
         })
     }

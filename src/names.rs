@@ -26,6 +26,13 @@ pub const IGNORE_LABEL: &str = "stateful-admission.io/ignore";
 
 /// ConfigMap label marking a convergence journal written by the controller.
 pub const JOURNAL_LABEL: &str = "stateful-admission.io/journal";
+/// Journal annotations: the set it belongs to (namespace, name, uid, and the
+/// resourceVersion it was written from), and how far the convergence got.
+pub const JOURNAL_SET_NAMESPACE: &str = "stateful-admission.io/journal-namespace";
+pub const JOURNAL_SET_NAME: &str = "stateful-admission.io/journal-name";
+pub const JOURNAL_SET_UID: &str = "stateful-admission.io/journal-uid";
+pub const JOURNAL_SET_RESOURCE_VERSION: &str = "stateful-admission.io/journal-resource-version";
+pub const JOURNAL_STEP: &str = "stateful-admission.io/journal-step";
 /// Label the StatefulSet controller puts on every pod of a set (upstream
 /// `apps.StatefulSetPodNameLabel`); selects the pods the controller watches.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";

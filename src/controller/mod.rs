@@ -66,6 +66,9 @@ pub struct ControllerConfig {
     pub features: Features,
     /// How the maxUnavailable driver learns the apiserver's gate.
     pub max_unavailable: max_unavailable::Settings,
+    /// How often a convergence in flight (a set being deleted, a journal whose set is gone)
+    /// is looked at again.
+    pub converge_poll: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -78,6 +81,7 @@ impl Default for ControllerConfig {
             resync: Duration::from_secs(300),
             features: Features::default(),
             max_unavailable: max_unavailable::Settings::default(),
+            converge_poll: Duration::from_secs(1),
         }
     }
 }
@@ -124,10 +128,12 @@ impl Controller {
                 view.clone(),
                 self.metrics.clone(),
             ));
-            let features = tokio::spawn(run_features(ctx, term.clone()));
+            // Aborted with this future: a controller that is dropped (a crash, in tests) must
+            // not keep acting.
+            let mut features = AbortOnDrop(tokio::spawn(run_features(ctx, term.clone())));
             let stopped_while_leading = elector.hold(&stop).await;
             term.cancel();
-            if let Err(error) = features.await {
+            if let Err(error) = (&mut features.0).await {
                 tracing::error!(%error, "controller features ended abnormally");
             }
             self.metrics.set_leader(false);
@@ -136,6 +142,15 @@ impl Controller {
                 return;
             }
         }
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -154,6 +169,11 @@ async fn run_features(ctx: Arc<Ctx>, stop: CancellationToken) {
             sets::run(ctx.clone(), stop.clone()).await;
         }
     };
+    let journals = async {
+        if f.claim_rollout || f.converge {
+            claims::run_journals(ctx.clone(), stop.clone()).await;
+        }
+    };
     let classes = async {
         if f.retroactive_default_class {
             default_class::run(ctx.clone(), stop.clone()).await;
@@ -164,5 +184,5 @@ async fn run_features(ctx: Arc<Ctx>, stop: CancellationToken) {
             max_unavailable::run_gate_probe(ctx.clone(), stop.clone()).await;
         }
     };
-    tokio::join!(sets, classes, gate);
+    tokio::join!(sets, journals, classes, gate);
 }

@@ -1,10 +1,12 @@
 //! Integration tests: one binary, one module per area.
 
 mod certs;
+mod claim_rollout;
 mod claim_rules;
 mod common;
 mod controller_runtime;
 mod default_class_controller;
+mod e2e_cluster;
 mod fake_apiserver_tests;
 mod max_unavailable_driver;
 mod review_cli;

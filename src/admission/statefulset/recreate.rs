@@ -92,7 +92,10 @@ fn ordinal_of(claim: &str, template: &str, set: &str) -> Option<u32> {
 /// Names of the immutable fields in which the claim differs from the template. A field the
 /// template leaves unset is not compared when the apiserver fills it in on the claim (the
 /// class by the default-class admission, the volume mode by defaulting).
-fn immutable_differences(template: &Value, claim: &PersistentVolumeClaim) -> Vec<&'static str> {
+pub(crate) fn immutable_differences(
+    template: &Value,
+    claim: &PersistentVolumeClaim,
+) -> Vec<&'static str> {
     let Some(spec) = claim.spec.as_ref() else {
         return Vec::new();
     };

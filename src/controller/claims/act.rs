@@ -1,0 +1,436 @@
+//! The API calls of the claim rollout and convergence; every decision is made in `plan` and
+//! `converge`, here they are only carried out.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams,
+    Preconditions, PropagationPolicy,
+};
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::converge::{self, Action, DropReason, JournalStep, LiveSet, Recheck};
+use crate::controller::context::{Ctx, Error, journal_name};
+use crate::names;
+
+/// An HTTP status of a failed request, if it was one.
+fn code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+fn sets_raw(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::erase::<StatefulSet>(&()),
+    )
+}
+
+/// An Event with the controller's action name.
+pub fn event(type_: EventType, reason: &str, action: &str, note: String) -> Event {
+    Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(super::clip(&note, 1000)),
+        action: action.to_owned(),
+        secondary: None,
+    }
+}
+
+/// An Event about a set that concerns one of its claims: the claim is the related object,
+/// which also keeps the recorder from folding events about different claims into one series.
+pub fn claim_event(
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+    claim: Option<&PersistentVolumeClaim>,
+) -> Event {
+    Event {
+        secondary: claim.map(|c| kube::Resource::object_ref(c, &())),
+        ..event(type_, reason, action, note)
+    }
+}
+
+/// A stand-in for a set that may be gone, to hang Events on.
+pub fn set_ref(namespace: &str, name: &str, uid: Option<&str>) -> StatefulSet {
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            uid: uid.map(str::to_owned),
+            ..ObjectMeta::default()
+        },
+        ..StatefulSet::default()
+    }
+}
+
+/// One merge patch of a claim (its resourceVersion inside is the precondition).
+pub async fn patch_claim(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+    body: &Value,
+) -> Result<PersistentVolumeClaim, kube::Error> {
+    Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+}
+
+/// Writes the claim status annotation of a set.
+pub async fn write_status(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+    value: &str,
+) -> Result<(), kube::Error> {
+    let body = json!({"metadata": {"annotations": {names::VOLUME_CLAIM_STATUS: value}}});
+    Api::<StatefulSet>::namespaced(ctx.client.clone(), namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+}
+
+fn live_facts(raw: &Value) -> LiveSet {
+    let meta = |k: &str| {
+        raw.pointer(&format!("/metadata/{k}"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    LiveSet {
+        uid: meta("uid"),
+        resource_version: meta("resourceVersion"),
+        deleting: raw
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|v| !v.is_null()),
+        wants: raw
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(names::DESIRED_VOLUME_CLAIM_TEMPLATES))
+            .is_some(),
+        templates: raw
+            .pointer("/spec/volumeClaimTemplates")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    }
+}
+
+/// Drives the convergence of set `namespace/name` as far as it goes now, reading the set and
+/// its journal fresh from the API before every step (caches may lag behind our own writes).
+/// Returns when to look again.
+pub async fn converge(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+    enabled: bool,
+) -> Result<Option<Duration>, Error> {
+    let poll = ctx.config.converge_poll;
+    let sets = sets_raw(&ctx.client, namespace);
+    let journals = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let journal_name = journal_name(namespace, name);
+    let metrics = &ctx.metrics.claims;
+    // Each pass makes one step; a full convergence is six.
+    for _ in 0..8 {
+        let raw = sets
+            .get_opt(name)
+            .await?
+            .map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
+        let cm = journals.get_opt(&journal_name).await?;
+        let live = raw.as_ref().map(live_facts);
+        let journal = cm.as_ref().map(converge::read);
+        let action = converge::next(live.as_ref(), journal.as_ref(), enabled);
+        let uid = live.as_ref().map(|l| l.uid.clone());
+        let about = set_ref(namespace, name, uid.as_deref());
+        tracing::debug!(namespace, name, ?action, "converge step");
+        match action {
+            Action::Nothing => return Ok(None),
+            Action::WaitGone => return Ok(Some(poll)),
+            Action::Stuck(why) => {
+                if metrics.first_report(&format!("stuck/{journal_name}/{why}")) {
+                    ctx.event(
+                        &about,
+                        event(
+                            EventType::Warning,
+                            "ConvergeJournalUnreadable",
+                            "Converge",
+                            format!(
+                                "journal ConfigMap {}/{journal_name} cannot be used ({why}); it is kept: inspect it, then delete it",
+                                ctx.config.namespace
+                            ),
+                        ),
+                    )
+                    .await;
+                }
+                return Ok(None);
+            }
+            Action::Start => {
+                let Some(raw) = raw else { continue };
+                let object = match converge::desired_object(&raw) {
+                    Ok(o) => o,
+                    Err(why) => {
+                        if metrics.first_report(&format!("invalid/{namespace}/{name}/{why}")) {
+                            ctx.event(
+                                &about,
+                                event(
+                                    EventType::Warning,
+                                    "ConvergeSkipped",
+                                    "Converge",
+                                    format!("the desired volume claim templates cannot be applied: {why}"),
+                                ),
+                            )
+                            .await;
+                        }
+                        return Ok(None);
+                    }
+                };
+                let cm = converge::journal_configmap(&ctx.config.namespace, &raw, &object)
+                    .map_err(Error::Invalid)?;
+                match journals.create(&PostParams::default(), &cm).await {
+                    Ok(_) => {
+                        metrics.step("journaled");
+                        ctx.event(
+                            &about,
+                            event(
+                                EventType::Normal,
+                                "ConvergeStarted",
+                                "Converge",
+                                format!(
+                                    "journaled in ConfigMap {}/{journal_name}; re-creating the StatefulSet with its desired volume claim templates (pods and claims are kept)",
+                                    ctx.config.namespace
+                                ),
+                            ),
+                        )
+                        .await;
+                    }
+                    Err(e) if code(&e) == Some(409) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Action::MarkDeleting => {
+                let body = json!({"metadata": {
+                    "resourceVersion": cm.as_ref().and_then(|c| c.metadata.resource_version.clone()),
+                    "annotations": {names::JOURNAL_STEP: JournalStep::Deleting.as_str()}}});
+                match journals
+                    .patch(&journal_name, &PatchParams::default(), &Patch::Merge(&body))
+                    .await
+                {
+                    Ok(_) => metrics.step("marked"),
+                    Err(e) if matches!(code(&e), Some(404 | 409)) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+                // Straight on, without another read: the answer to our own delete tells a set
+                // the user deleted meanwhile (404) from ours.
+                let Some(live) = live else { continue };
+                if delete_set(ctx, &sets, name, &about, live.uid, live.resource_version).await?
+                    == Deleted::AlreadyGone
+                {
+                    return drop_deleted_by_user(ctx, &journals, &journal_name, &about).await;
+                }
+            }
+            Action::Delete {
+                uid,
+                resource_version,
+            } => {
+                if delete_set(ctx, &sets, name, &about, uid, resource_version).await?
+                    == Deleted::AlreadyGone
+                {
+                    return drop_deleted_by_user(ctx, &journals, &journal_name, &about).await;
+                }
+            }
+            Action::Recheck => {
+                let (Some(raw), Some(Ok(j)), Some(cm)) = (raw, journal, cm) else {
+                    continue;
+                };
+                let fresh = converge::desired_object(&raw);
+                match converge::recheck(&j, &fresh) {
+                    Recheck::Refresh => {
+                        let rv = raw
+                            .pointer("/metadata/resourceVersion")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        let body = json!({"metadata": {
+                            "resourceVersion": cm.metadata.resource_version,
+                            "annotations": {names::JOURNAL_SET_RESOURCE_VERSION: rv}}});
+                        match journals
+                            .patch(&journal_name, &PatchParams::default(), &Patch::Merge(&body))
+                            .await
+                        {
+                            Ok(_) => metrics.step("refreshed"),
+                            Err(e) if matches!(code(&e), Some(404 | 409)) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    Recheck::Abandon => {
+                        drop_journal(ctx, &journals, &journal_name, &cm).await?;
+                        metrics.step("abandoned");
+                        ctx.event(
+                            &about,
+                            event(
+                                EventType::Warning,
+                                "ConvergeAbandoned",
+                                "Converge",
+                                "the StatefulSet changed while it was being converged; the journal was dropped and the changed object is left as it is (it is converged again from its new state if it still has desired templates)".to_owned(),
+                            ),
+                        )
+                        .await;
+                    }
+                }
+            }
+            Action::Create => {
+                let Some(Ok(j)) = journal else { continue };
+                let object: DynamicObject =
+                    serde_json::from_value(j.object.clone()).map_err(|e| {
+                        Error::Invalid(format!("journaled object is not a StatefulSet: {e}"))
+                    })?;
+                match sets.create(&PostParams::default(), &object).await {
+                    Ok(created) => {
+                        metrics.step("created");
+                        ctx.event(
+                            &set_ref(namespace, name, created.metadata.uid.as_deref()),
+                            event(
+                                EventType::Normal,
+                                "ConvergeRecreated",
+                                "Converge",
+                                "re-created with the desired volume claim templates".to_owned(),
+                            ),
+                        )
+                        .await;
+                    }
+                    Err(e) if code(&e) == Some(409) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Action::Drop(reason) => {
+                let Some(cm) = cm else { continue };
+                drop_journal(ctx, &journals, &journal_name, &cm).await?;
+                let (type_, reason_text, note) = match reason {
+                    DropReason::Finished => {
+                        metrics.step("finished");
+                        (
+                            EventType::Normal,
+                            "ConvergeFinished",
+                            "converged: the StatefulSet carries its desired volume claim templates"
+                                .to_owned(),
+                        )
+                    }
+                    DropReason::Replaced => {
+                        metrics.step("replaced");
+                        (EventType::Warning, "ConvergeAbandoned", "another StatefulSet of this name was created meanwhile; it is left alone and the journal dropped".to_owned())
+                    }
+                    DropReason::DeletedByUser => {
+                        metrics.step("deleted-by-user");
+                        (
+                            EventType::Warning,
+                            "ConvergeAbandoned",
+                            DELETED_BY_USER.to_owned(),
+                        )
+                    }
+                };
+                ctx.event(&about, event(type_, reason_text, "Converge", note))
+                    .await;
+                return Ok(None);
+            }
+        }
+    }
+    Ok(Some(poll))
+}
+
+const DELETED_BY_USER: &str = "the StatefulSet was deleted by someone else before convergence deleted it; it is not re-created and the journal dropped";
+
+#[derive(Debug, PartialEq, Eq)]
+enum Deleted {
+    /// Our delete was accepted (or refused by a precondition: the next pass rechecks).
+    Sent,
+    /// The set was gone already: someone else deleted it.
+    AlreadyGone,
+}
+
+/// The orphan delete of the set, with the journaled uid and resourceVersion as preconditions.
+async fn delete_set(
+    ctx: &Ctx,
+    sets: &Api<DynamicObject>,
+    name: &str,
+    about: &StatefulSet,
+    uid: String,
+    resource_version: String,
+) -> Result<Deleted, Error> {
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: Some(resource_version),
+        }),
+        ..DeleteParams::default()
+    };
+    match sets.delete(name, &params).await {
+        Ok(_) => {
+            ctx.metrics.claims.step("deleted");
+            ctx.event(
+                about,
+                event(
+                    EventType::Normal,
+                    "ConvergeDeleted",
+                    "Converge",
+                    "deleted with propagationPolicy Orphan; pods and claims keep running"
+                        .to_owned(),
+                ),
+            )
+            .await;
+            Ok(Deleted::Sent)
+        }
+        Err(e) if code(&e) == Some(404) => Ok(Deleted::AlreadyGone),
+        Err(e) if code(&e) == Some(409) => Ok(Deleted::Sent),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn drop_deleted_by_user(
+    ctx: &Ctx,
+    journals: &Api<ConfigMap>,
+    journal_name: &str,
+    about: &StatefulSet,
+) -> Result<Option<Duration>, Error> {
+    if let Some(cm) = journals.get_opt(journal_name).await? {
+        drop_journal(ctx, journals, journal_name, &cm).await?;
+    }
+    ctx.metrics.claims.step("deleted-by-user");
+    ctx.event(
+        about,
+        event(
+            EventType::Warning,
+            "ConvergeAbandoned",
+            "Converge",
+            DELETED_BY_USER.to_owned(),
+        ),
+    )
+    .await;
+    Ok(None)
+}
+
+async fn drop_journal(
+    _ctx: &Ctx,
+    journals: &Api<ConfigMap>,
+    name: &str,
+    cm: &ConfigMap,
+) -> Result<(), Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: cm.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match journals.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(code(&e), Some(404 | 409)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

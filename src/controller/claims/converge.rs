@@ -1,0 +1,594 @@
+//! Convergence, planned: re-create a StatefulSet with its desired templates through a journal
+//! so that a crash at any step loses nothing.
+//!
+//! The journal is a ConfigMap `journal_name(ns, name)` in the controller's namespace, labelled
+//! `stateful-admission.io/journal: "true"`, with no ownerReference (it must outlive the set).
+//! Its annotations name the set (namespace, name, uid) and the resourceVersion the journal was
+//! written from, and the step reached (`journaled`, then `deleting` just before the orphan
+//! delete is sent); `data["statefulset.json"]` holds the full object to create.
+//!
+//! Steps, each persisted before the next: write the journal → mark it `deleting` → delete the
+//! set (`propagationPolicy: Orphan`, preconditions uid and resourceVersion) → wait until it
+//! is gone → create it from the journal → delete the journal. [`next`] maps what exists now
+//! to the next step, so a restart resumes wherever the last run stopped:
+//!
+//! | live set                           | journal          | next step                       |
+//! |------------------------------------|------------------|---------------------------------|
+//! | desired annotation, converge on    | none             | `Start` (write the journal)     |
+//! | anything else                      | none             | `Nothing`                       |
+//! | journaled uid, resourceVersion     | `journaled`      | `MarkDeleting`                  |
+//! | journaled uid, same rv             | `deleting`       | `Delete`                        |
+//! | journaled uid, resourceVersion moved | either         | `Recheck` (status only → refresh, else abandon) |
+//! | journaled uid, being deleted       | either           | `WaitGone`                      |
+//! | another uid                        | either           | `Drop` (ours: finished; else replaced by someone) |
+//! | absent                             | `deleting`       | `Create`                        |
+//! | absent                             | `journaled`      | `Drop` (the user deleted it: we never sent a delete) |
+//! | any                                | unreadable       | `Stuck` (kept for a human)      |
+//!
+//! The delete is sent right after the mark, and its answer tells a set someone else deleted
+//! meanwhile (404: the journal is dropped, nothing re-created) from ours. Only a crash
+//! between the mark and that answer, coinciding with a user's delete, re-creates a set the
+//! user deleted: the journal cannot tell the two apart then.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ObjectMeta;
+use serde_json::Value;
+
+use crate::admission::statefulset::templates;
+use crate::names;
+
+/// Key of the journaled object in the ConfigMap's data.
+pub const DATA_KEY: &str = "statefulset.json";
+
+/// How far a journal got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalStep {
+    /// Written; the set has not been asked to go.
+    Journaled,
+    /// The orphan delete is about to be (or was) sent.
+    Deleting,
+}
+
+impl JournalStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Journaled => "journaled",
+            Self::Deleting => "deleting",
+        }
+    }
+}
+
+/// A journal read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Journal {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub step: JournalStep,
+    /// The object to create.
+    pub object: Value,
+}
+
+/// The live set as the state machine needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveSet {
+    pub uid: String,
+    pub resource_version: String,
+    pub deleting: bool,
+    /// Carries a desired-templates annotation (something to converge).
+    pub wants: bool,
+    /// `spec.volumeClaimTemplates` as stored.
+    pub templates: Vec<Value>,
+}
+
+/// Why a journal is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// The set we created from it exists: done.
+    Finished,
+    /// Another set (another uid, other templates) took the name.
+    Replaced,
+    /// The set went while we had not sent our delete: the user deleted it.
+    DeletedByUser,
+}
+
+/// The next convergence step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Nothing,
+    Start,
+    MarkDeleting,
+    Delete {
+        uid: String,
+        resource_version: String,
+    },
+    WaitGone,
+    Recheck,
+    Create,
+    Drop(DropReason),
+    Stuck(String),
+}
+
+/// The state machine: what to do given the live set and the journal.
+pub fn next(
+    set: Option<&LiveSet>,
+    journal: Option<&Result<Journal, String>>,
+    converge: bool,
+) -> Action {
+    let journal = match journal {
+        None => {
+            return match set {
+                Some(s) if converge && s.wants && !s.deleting => Action::Start,
+                _ => Action::Nothing,
+            };
+        }
+        Some(Err(why)) => return Action::Stuck(why.clone()),
+        Some(Ok(j)) => j,
+    };
+    match set {
+        None => match journal.step {
+            JournalStep::Deleting => Action::Create,
+            JournalStep::Journaled => Action::Drop(DropReason::DeletedByUser),
+        },
+        Some(s) if s.uid != journal.uid => {
+            let journaled = journal
+                .object
+                .pointer("/spec/volumeClaimTemplates")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            match templates::classify_template_change(journaled, &s.templates) {
+                templates::Classification::Unchanged => Action::Drop(DropReason::Finished),
+                _ => Action::Drop(DropReason::Replaced),
+            }
+        }
+        Some(s) if s.deleting => Action::WaitGone,
+        Some(s) if s.resource_version != journal.resource_version => Action::Recheck,
+        Some(s) => match journal.step {
+            JournalStep::Journaled => Action::MarkDeleting,
+            JournalStep::Deleting => Action::Delete {
+                uid: s.uid.clone(),
+                resource_version: s.resource_version.clone(),
+            },
+        },
+    }
+}
+
+/// After the set's resourceVersion moved under a journal: keep going when only what is
+/// stripped from the journal changed (status written by the StatefulSet controller), else
+/// give the journal up so the user's change is not overwritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recheck {
+    Refresh,
+    Abandon,
+}
+
+pub fn recheck(journal: &Journal, fresh: &Result<Value, String>) -> Recheck {
+    // Our own claim status may be written by a reconcile that did not see the journal yet;
+    // it is recomputed after the re-create anyway.
+    let without_status = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(Value::Object(a)) = v.pointer_mut("/metadata/annotations") {
+            a.remove(names::VOLUME_CLAIM_STATUS);
+        }
+        v
+    };
+    match fresh {
+        Ok(object) if without_status(object) == without_status(&journal.object) => Recheck::Refresh,
+        _ => Recheck::Abandon,
+    }
+}
+
+fn annotation<'a>(raw: &'a Value, key: &str) -> Option<&'a str> {
+    raw.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+}
+
+/// The object to create from the live set `raw` (as the apiserver returned it): the desired
+/// templates in place of the live ones, the desired-templates annotation dropped, and what
+/// the apiserver owns stripped (status, uid, resourceVersion, managedFields,
+/// creationTimestamp, generation, deletion marks, the `orphan` finalizer). Every other label,
+/// annotation and field (Helm's, Argo CD's, unknown ones) is kept.
+pub fn desired_object(raw: &Value) -> Result<Value, String> {
+    let text = annotation(raw, names::DESIRED_VOLUME_CLAIM_TEMPLATES)
+        .ok_or_else(|| "the set has no desired templates".to_owned())?;
+    let live = templates::templates_of(raw.get("spec").unwrap_or(&Value::Null))
+        .map_err(|e| e.to_string())?;
+    let errors = templates::check_desired_annotation(text, live);
+    if let Some(e) = errors.first() {
+        return Err(e.to_string());
+    }
+    let desired: Vec<Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let mut object = raw.clone();
+    let Some(map) = object.as_object_mut() else {
+        return Err("the set is not a JSON object".to_owned());
+    };
+    map.remove("status");
+    if let Some(Value::Object(spec)) = map.get_mut("spec") {
+        spec.insert("volumeClaimTemplates".into(), Value::Array(desired));
+    }
+    if let Some(Value::Object(meta)) = map.get_mut("metadata") {
+        for key in [
+            "uid",
+            "resourceVersion",
+            "managedFields",
+            "creationTimestamp",
+            "generation",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
+            meta.remove(key);
+        }
+        if let Some(Value::Object(a)) = meta.get_mut("annotations") {
+            a.remove(names::DESIRED_VOLUME_CLAIM_TEMPLATES);
+        }
+        if let Some(Value::Array(f)) = meta.get_mut("finalizers") {
+            f.retain(|x| x != "orphan");
+            if f.is_empty() {
+                meta.remove("finalizers");
+            }
+        }
+    }
+    Ok(object)
+}
+
+/// The journal ConfigMap for live set `raw` and the object to create.
+pub fn journal_configmap(
+    controller_namespace: &str,
+    raw: &Value,
+    object: &Value,
+) -> Result<ConfigMap, String> {
+    let meta = |k: &str| {
+        raw.pointer(&format!("/metadata/{k}"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (namespace, name) = (meta("namespace"), meta("name"));
+    let annotations = BTreeMap::from([
+        (names::JOURNAL_SET_NAMESPACE.to_owned(), namespace.clone()),
+        (names::JOURNAL_SET_NAME.to_owned(), name.clone()),
+        (names::JOURNAL_SET_UID.to_owned(), meta("uid")),
+        (
+            names::JOURNAL_SET_RESOURCE_VERSION.to_owned(),
+            meta("resourceVersion"),
+        ),
+        (
+            names::JOURNAL_STEP.to_owned(),
+            JournalStep::Journaled.as_str().to_owned(),
+        ),
+    ]);
+    let text = serde_json::to_string(object).map_err(|e| e.to_string())?;
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(crate::controller::context::journal_name(&namespace, &name)),
+            namespace: Some(controller_namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                names::JOURNAL_LABEL.to_owned(),
+                "true".to_owned(),
+            )])),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(DATA_KEY.to_owned(), text)])),
+        ..ConfigMap::default()
+    })
+}
+
+/// The set a journal names, from its annotations.
+pub fn owner(journal: &ConfigMap) -> Option<(String, String)> {
+    let a = journal.metadata.annotations.as_ref()?;
+    let ns = a.get(names::JOURNAL_SET_NAMESPACE)?;
+    let name = a.get(names::JOURNAL_SET_NAME)?;
+    (!ns.is_empty() && !name.is_empty()).then(|| (ns.clone(), name.clone()))
+}
+
+/// Reads a journal back; an error says what is wrong with it.
+pub fn read(journal: &ConfigMap) -> Result<Journal, String> {
+    let a = journal
+        .metadata
+        .annotations
+        .as_ref()
+        .ok_or("the journal has no annotations")?;
+    let get = |k: &str| {
+        a.get(k)
+            .filter(|v| !v.is_empty())
+            .cloned()
+            .ok_or_else(|| format!("the journal lacks annotation {k}"))
+    };
+    let step = match get(names::JOURNAL_STEP)?.as_str() {
+        "journaled" => JournalStep::Journaled,
+        "deleting" => JournalStep::Deleting,
+        other => return Err(format!("the journal has an unknown step {other:?}")),
+    };
+    let text = journal
+        .data
+        .as_ref()
+        .and_then(|d| d.get(DATA_KEY))
+        .ok_or_else(|| format!("the journal has no {DATA_KEY}"))?;
+    let object: Value = serde_json::from_str(text)
+        .map_err(|e| format!("the journaled object does not parse: {e}"))?;
+    if !object.is_object() {
+        return Err("the journaled object is not a JSON object".to_owned());
+    }
+    Ok(Journal {
+        namespace: get(names::JOURNAL_SET_NAMESPACE)?,
+        name: get(names::JOURNAL_SET_NAME)?,
+        uid: get(names::JOURNAL_SET_UID)?,
+        resource_version: get(names::JOURNAL_SET_RESOURCE_VERSION)?,
+        step,
+        object,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn raw_set() -> Value {
+        let desired = templates::desired_annotation(&[json!({"metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}})])
+        .expect("annotation");
+        json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {
+                "name": "web", "namespace": "db", "uid": "u1", "resourceVersion": "41", "generation": 3,
+                "creationTimestamp": "2026-01-01T00:00:00Z", "managedFields": [{"manager": "helm"}],
+                "labels": {"app.kubernetes.io/managed-by": "Helm", "argocd.argoproj.io/instance": "db"},
+                "annotations": {"meta.helm.sh/release-name": "db", names::DESIRED_VOLUME_CLAIM_TEMPLATES: desired},
+                "finalizers": ["orphan"]
+            },
+            "spec": {"replicas": 3, "futureField": {"x": 1},
+                     "volumeClaimTemplates": [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": "data"},
+                        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, "volumeMode": "Filesystem"},
+                        "status": {"phase": "Pending"}}]},
+            "status": {"replicas": 3}
+        })
+    }
+
+    #[test]
+    fn the_desired_object_keeps_labels_and_unknown_fields_and_drops_server_fields() {
+        let object = desired_object(&raw_set()).expect("desired");
+        assert_eq!(
+            object,
+            json!({
+                "apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {
+                    "name": "web", "namespace": "db",
+                    "labels": {"app.kubernetes.io/managed-by": "Helm", "argocd.argoproj.io/instance": "db"},
+                    "annotations": {"meta.helm.sh/release-name": "db"}
+                },
+                "spec": {"replicas": 3, "futureField": {"x": 1},
+                         "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}]}
+            })
+        );
+        let mut bad = raw_set();
+        bad["metadata"]["annotations"][names::DESIRED_VOLUME_CLAIM_TEMPLATES] =
+            json!("[{\"metadata\":{\"name\":\"logs\"}}]");
+        assert!(
+            desired_object(&bad)
+                .expect_err("names differ")
+                .contains("must name the templates")
+        );
+        let mut none = raw_set();
+        none["metadata"]["annotations"] = json!({});
+        assert!(desired_object(&none).is_err());
+    }
+
+    #[test]
+    fn journals_round_trip_and_name_their_set() {
+        let raw = raw_set();
+        let object = desired_object(&raw).expect("desired");
+        let cm = journal_configmap("ops", &raw, &object).expect("journal");
+        assert_eq!(cm.metadata.name.as_deref(), Some("sa-journal.db.web"));
+        assert_eq!(cm.metadata.namespace.as_deref(), Some("ops"));
+        assert!(cm.metadata.owner_references.is_none());
+        assert_eq!(owner(&cm), Some(("db".into(), "web".into())));
+        let j = read(&cm).expect("reads");
+        assert_eq!(
+            (j.uid.as_str(), j.resource_version.as_str(), j.step),
+            ("u1", "41", JournalStep::Journaled)
+        );
+        assert_eq!(j.object, object);
+        let mut broken = cm.clone();
+        broken.data = Some(BTreeMap::from([(DATA_KEY.to_owned(), "{".to_owned())]));
+        assert!(
+            read(&broken)
+                .expect_err("broken")
+                .starts_with("the journaled object does not parse")
+        );
+        let mut foreign = cm;
+        foreign.metadata.annotations = None;
+        assert!(owner(&foreign).is_none());
+    }
+
+    fn live(uid: &str, rv: &str, deleting: bool, wants: bool, storage: &str) -> LiveSet {
+        LiveSet {
+            uid: uid.into(),
+            resource_version: rv.into(),
+            deleting,
+            wants,
+            templates: vec![
+                json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}}}),
+            ],
+        }
+    }
+
+    /// (case, live set, journal, converge enabled, next step)
+    type Row<'a> = (
+        &'a str,
+        Option<LiveSet>,
+        Option<&'a Result<Journal, String>>,
+        bool,
+        Action,
+    );
+
+    #[test]
+    fn state_machine_table() {
+        let object = desired_object(&raw_set()).expect("desired");
+        let journal = |step| -> Result<Journal, String> {
+            Ok(Journal {
+                namespace: "db".into(),
+                name: "web".into(),
+                uid: "u1".into(),
+                resource_version: "41".into(),
+                step,
+                object: object.clone(),
+            })
+        };
+        let (j, d) = (
+            journal(JournalStep::Journaled),
+            journal(JournalStep::Deleting),
+        );
+        let bad: Result<Journal, String> = Err("broken".into());
+        let cases: Vec<Row<'_>> = vec![
+            (
+                "nothing recorded",
+                Some(live("u1", "41", false, false, "1Gi")),
+                None,
+                true,
+                Action::Nothing,
+            ),
+            (
+                "recorded: start",
+                Some(live("u1", "41", false, true, "1Gi")),
+                None,
+                true,
+                Action::Start,
+            ),
+            (
+                "converge off",
+                Some(live("u1", "41", false, true, "1Gi")),
+                None,
+                false,
+                Action::Nothing,
+            ),
+            (
+                "someone else deleting",
+                Some(live("u1", "41", true, true, "1Gi")),
+                None,
+                true,
+                Action::Nothing,
+            ),
+            ("no set, no journal", None, None, true, Action::Nothing),
+            (
+                "journaled: mark",
+                Some(live("u1", "41", false, true, "1Gi")),
+                Some(&j),
+                true,
+                Action::MarkDeleting,
+            ),
+            (
+                "marked: delete",
+                Some(live("u1", "41", false, true, "1Gi")),
+                Some(&d),
+                true,
+                Action::Delete {
+                    uid: "u1".into(),
+                    resource_version: "41".into(),
+                },
+            ),
+            (
+                "marked, converge now off: still finish",
+                Some(live("u1", "41", false, true, "1Gi")),
+                Some(&d),
+                false,
+                Action::Delete {
+                    uid: "u1".into(),
+                    resource_version: "41".into(),
+                },
+            ),
+            (
+                "moved before mark",
+                Some(live("u1", "42", false, true, "1Gi")),
+                Some(&j),
+                true,
+                Action::Recheck,
+            ),
+            (
+                "moved before delete",
+                Some(live("u1", "42", false, true, "1Gi")),
+                Some(&d),
+                true,
+                Action::Recheck,
+            ),
+            (
+                "deleting",
+                Some(live("u1", "42", true, true, "1Gi")),
+                Some(&d),
+                true,
+                Action::WaitGone,
+            ),
+            (
+                "gone after our delete",
+                None,
+                Some(&d),
+                true,
+                Action::Create,
+            ),
+            (
+                "gone before our delete",
+                None,
+                Some(&j),
+                true,
+                Action::Drop(DropReason::DeletedByUser),
+            ),
+            (
+                "created by us",
+                Some(live("u2", "50", false, false, "2Gi")),
+                Some(&d),
+                true,
+                Action::Drop(DropReason::Finished),
+            ),
+            (
+                "replaced by a user",
+                Some(live("u3", "50", false, false, "9Gi")),
+                Some(&d),
+                true,
+                Action::Drop(DropReason::Replaced),
+            ),
+            (
+                "unreadable",
+                None,
+                Some(&bad),
+                true,
+                Action::Stuck("broken".into()),
+            ),
+        ];
+        for (name, set, journal, converge, want) in cases {
+            assert_eq!(next(set.as_ref(), journal, converge), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_status_only_change_refreshes_and_any_other_abandons() {
+        let raw = raw_set();
+        let object = desired_object(&raw).expect("desired");
+        let j = Journal {
+            namespace: "db".into(),
+            name: "web".into(),
+            uid: "u1".into(),
+            resource_version: "41".into(),
+            step: JournalStep::Journaled,
+            object,
+        };
+        let mut status_only = raw.clone();
+        status_only["metadata"]["resourceVersion"] = json!("42");
+        status_only["status"] = json!({"replicas": 2});
+        assert_eq!(recheck(&j, &desired_object(&status_only)), Recheck::Refresh);
+        let mut edited = raw.clone();
+        edited["metadata"]["labels"]["team"] = json!("x");
+        assert_eq!(recheck(&j, &desired_object(&edited)), Recheck::Abandon);
+        let mut dropped = raw;
+        dropped["metadata"]["annotations"] = json!({});
+        assert_eq!(recheck(&j, &desired_object(&dropped)), Recheck::Abandon);
+    }
+}

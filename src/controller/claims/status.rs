@@ -1,0 +1,158 @@
+//! The claim status of KEP-4650, per template, kept in the set's annotation
+//! `stateful-admission.io/volume-claim-status` (the apiserver has no such status field).
+//!
+//! Format: a JSON array in the set's template order, one object per template:
+//! `[{"name":"data","compatible":5,"updating":0,"overSized":1,"totalCapacity":"12Gi"}]` —
+//! a list keyed by `name`, as Kubernetes lists of structs are. Counts cover the claims that
+//! exist for ordinals below `replicas`.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use serde::{Deserialize, Serialize};
+
+use super::plan::Assessment;
+use crate::quantity::Quantity;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateStatus {
+    pub name: String,
+    /// Claims compatible with the template (KEP "What PVC is compatible").
+    pub compatible: u32,
+    /// Claims being updated in place (spec ahead of status).
+    pub updating: u32,
+    /// Claims larger than the template.
+    pub over_sized: u32,
+    /// Sum of `status.capacity.storage`.
+    pub total_capacity: String,
+}
+
+fn quantity(
+    q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) -> Option<Quantity> {
+    q.and_then(|q| Quantity::parse(&q.0).ok())
+}
+
+/// The status of one template from its claims and their assessments.
+pub fn summarize(
+    template: &PersistentVolumeClaim,
+    claims: &[(&PersistentVolumeClaim, &Assessment)],
+) -> TemplateStatus {
+    let want = quantity(
+        template
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage")),
+    );
+    let mut status = TemplateStatus {
+        name: template.metadata.name.clone().unwrap_or_default(),
+        compatible: 0,
+        updating: 0,
+        over_sized: 0,
+        total_capacity: String::new(),
+    };
+    let mut total = Quantity::ZERO;
+    for (claim, assessment) in claims {
+        match assessment {
+            Assessment::Compatible => status.compatible += 1,
+            Assessment::Updating => status.updating += 1,
+            _ => {}
+        }
+        let capacity = quantity(
+            claim
+                .status
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref())
+                .and_then(|c| c.get("storage")),
+        );
+        let requested = quantity(
+            claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.resources.as_ref())
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get("storage")),
+        );
+        if let (Some(size), Some(want)) = (capacity.or(requested), want)
+            && size > want
+        {
+            status.over_sized += 1;
+        }
+        if let Some(c) = capacity {
+            total = total.saturating_add(c);
+        }
+    }
+    status.total_capacity = total.to_string();
+    status
+}
+
+/// The annotation value for `statuses`.
+pub fn render(statuses: &[TemplateStatus]) -> String {
+    serde_json::to_string(statuses).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Whether the stored annotation already says `statuses` (a value that does not parse is
+/// rewritten).
+pub fn unchanged(stored: Option<&str>, statuses: &[TemplateStatus]) -> bool {
+    stored
+        .and_then(|s| serde_json::from_str::<Vec<TemplateStatus>>(s).ok())
+        .is_some_and(|s| s == statuses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pvc(v: serde_json::Value) -> PersistentVolumeClaim {
+        serde_json::from_value(v).expect("claim")
+    }
+
+    #[test]
+    fn status_counts_compatible_updating_oversized_and_sums_capacity() {
+        let t = pvc(
+            json!({"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": "2Gi"}}}}),
+        );
+        let c = |spec: &str, cap: Option<&str>| {
+            let mut v = json!({"spec": {"resources": {"requests": {"storage": spec}}}});
+            if let Some(cap) = cap {
+                v["status"] = json!({"capacity": {"storage": cap}});
+            }
+            pvc(v)
+        };
+        let claims = [
+            c("2Gi", Some("2Gi")),
+            c("2Gi", Some("1Gi")),
+            c("4Gi", Some("4Gi")),
+            c("3Gi", None),
+        ];
+        let assessments = [
+            Assessment::Compatible,
+            Assessment::Updating,
+            Assessment::Compatible,
+            Assessment::Waiting(String::new()),
+        ];
+        let pairs: Vec<_> = claims.iter().zip(assessments.iter()).collect();
+        let s = summarize(&t, &pairs);
+        assert_eq!(
+            s,
+            TemplateStatus {
+                name: "data".into(),
+                compatible: 2,
+                updating: 1,
+                over_sized: 2,
+                total_capacity: "7Gi".into()
+            }
+        );
+        let text = render(std::slice::from_ref(&s));
+        assert_eq!(
+            text,
+            r#"[{"name":"data","compatible":2,"updating":1,"overSized":2,"totalCapacity":"7Gi"}]"#
+        );
+        assert!(unchanged(Some(&text), std::slice::from_ref(&s)));
+        assert!(!unchanged(Some("garbage"), std::slice::from_ref(&s)));
+        assert!(!unchanged(None, &[s]));
+        assert_eq!(summarize(&t, &[]).total_capacity, "0");
+    }
+}

@@ -1,0 +1,822 @@
+//! Claim rollout and convergence (KEP-4650) end to end: the real controller against the fake
+//! API server, with a simulated volume resizer (tests complete expansions by writing claim
+//! status) and crashes injected between convergence steps.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::events::v1::Event;
+use serde_json::{Value, json};
+use stateful_admission::admission::statefulset::templates::desired_annotation;
+use stateful_admission::controller::{ControllerConfig, Features};
+use stateful_admission::names;
+
+use crate::support::controller::{
+    CONTROLLER_NAMESPACE, RunningController, config, eventually, no_features,
+};
+use crate::support::fake_apiserver::{FakeApiServer, RecordedRequest};
+
+const NS: &str = "db";
+const JOURNAL: &str = "sa-journal.db.web";
+
+fn features(converge: bool) -> Features {
+    Features {
+        claim_rollout: true,
+        converge,
+        ..no_features()
+    }
+}
+
+fn fast(identity: &str, features: Features) -> ControllerConfig {
+    ControllerConfig {
+        converge_poll: Duration::from_millis(100),
+        resync: Duration::from_secs(1),
+        ..config(identity, features)
+    }
+}
+
+fn template(storage: &str, class: &str) -> Value {
+    json!({"metadata": {"name": "data"},
+           "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                    "resources": {"requests": {"storage": storage}}}})
+}
+
+/// A set as Helm would install it, with `extra` annotations (policy, budget) and the desired
+/// templates recorded as the webhook records them.
+fn set(
+    name: &str,
+    replicas: u32,
+    class: &str,
+    desired: Option<&str>,
+    extra: &[(&str, &str)],
+) -> Value {
+    let mut annotations: BTreeMap<String, String> = BTreeMap::from([
+        ("meta.helm.sh/release-name".into(), name.into()),
+        ("meta.helm.sh/release-namespace".into(), NS.into()),
+        (
+            "argocd.argoproj.io/tracking-id".into(),
+            format!("apps:apps/StatefulSet:{NS}/{name}"),
+        ),
+    ]);
+    for (k, v) in extra {
+        annotations.insert((*k).into(), (*v).into());
+    }
+    if let Some(size) = desired {
+        annotations.insert(
+            names::DESIRED_VOLUME_CLAIM_TEMPLATES.into(),
+            desired_annotation(&[template(size, class)]).expect("annotation"),
+        );
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": NS,
+                     "labels": {"app.kubernetes.io/managed-by": "Helm", "helm.sh/chart": "web-1.2.0"},
+                     "annotations": annotations},
+        "spec": {"replicas": replicas, "serviceName": name,
+                 "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+                 "volumeClaimTemplates": [template("1Gi", class)]},
+    })
+}
+
+fn claim(set: &str, ordinal: u32, class: &str, size: &str, modes: &[&str]) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": format!("data-{set}-{ordinal}"), "namespace": NS,
+                        "labels": {"app": set, "owner": "me"}},
+           "spec": {"accessModes": modes, "storageClassName": class,
+                    "resources": {"requests": {"storage": size}}, "volumeName": format!("pv-{set}-{ordinal}")},
+           "status": {"phase": "Bound", "capacity": {"storage": size}}})
+}
+
+fn pod(set_uid: &str, set: &str, ordinal: u32) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": format!("{set}-{ordinal}"), "namespace": NS,
+                        "labels": {"app": set, names::POD_NAME_LABEL: format!("{set}-{ordinal}"),
+                                   "controller-revision-hash": format!("{set}-rev1")},
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": set,
+                                             "uid": set_uid, "controller": true}]},
+           "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+           "status": {"phase": "Running"}})
+}
+
+fn class(name: &str, expandable: bool) -> Value {
+    json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+           "provisioner": "csi.example.com", "allowVolumeExpansion": expandable})
+}
+
+/// A set, its pods and claims; returns the set's uid.
+fn install(api: &FakeApiServer, set_json: Value, replicas: u32, class: &str) -> String {
+    let stored = api.put_object(set_json);
+    let name = stored["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let uid = stored["metadata"]["uid"].as_str().expect("uid").to_owned();
+    for n in 0..replicas {
+        api.put_object(claim(&name, n, class, "1Gi", &["ReadWriteOnce"]));
+        api.put_object(pod(&uid, &name, n));
+    }
+    uid
+}
+
+fn storage(c: &PersistentVolumeClaim) -> (String, String) {
+    let spec = c
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    let cap = c
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    (spec, cap)
+}
+
+fn updating(api: &FakeApiServer, set: &str) -> Vec<String> {
+    api.list::<PersistentVolumeClaim>()
+        .into_iter()
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&format!("data-{set}-")))
+        })
+        .filter(|c| {
+            let (spec, cap) = storage(c);
+            spec != cap
+        })
+        .filter_map(|c| c.metadata.name)
+        .collect()
+}
+
+/// The simulated resizer: the volume reaches the requested size.
+fn complete_expansion(api: &FakeApiServer, name: &str) {
+    let mut c = api
+        .get_object(
+            crate::support::fake_apiserver::ResourceType::of::<PersistentVolumeClaim>(),
+            NS,
+            name,
+        )
+        .expect("claim");
+    let spec = c["spec"]["resources"]["requests"]["storage"].clone();
+    c["status"]["capacity"]["storage"] = spec;
+    api.put_object(c);
+}
+
+fn claim_patches(writes: &[RecordedRequest]) -> Vec<String> {
+    writes
+        .iter()
+        .filter(|w| w.method == "PATCH" && w.path.contains("/persistentvolumeclaims/"))
+        .filter_map(|w| w.path.rsplit('/').next().map(str::to_owned))
+        .collect()
+}
+
+fn events(api: &FakeApiServer, reason: &str) -> Vec<Event> {
+    api.list::<Event>()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+fn regarding(e: &Event) -> (String, String) {
+    let r = e.regarding.as_ref().expect("regarding");
+    (
+        r.kind.clone().unwrap_or_default(),
+        r.name.clone().unwrap_or_default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_size_increase_rolls_out_highest_ordinal_first_within_a_budget_of_two() {
+    let started = Instant::now();
+    let api = FakeApiServer::start().await;
+    api.put_object(class("fast", true));
+    install(
+        &api,
+        set(
+            "web",
+            5,
+            "fast",
+            Some("2Gi"),
+            &[
+                (names::VOLUME_CLAIM_UPDATE_POLICY, "InPlace"),
+                (names::MAX_UNAVAILABLE, "2"),
+            ],
+        ),
+        5,
+        "fast",
+    );
+    // Watch every change: never more than two claims expanding at once.
+    let peak = Arc::new(Mutex::new(0usize));
+    let mut changes = api.subscribe();
+    let (watcher_api, watcher_peak) = (api.clone(), peak.clone());
+    let watcher = tokio::spawn(async move {
+        while changes.recv().await.is_ok() {
+            let n = updating(&watcher_api, "web").len();
+            let mut p = watcher_peak.lock().expect("peak");
+            *p = (*p).max(n);
+        }
+    });
+
+    let controller = RunningController::start(&api, fast("a", features(true)));
+    let mut completed = Vec::new();
+    for round in 0..5 {
+        // Wait for the controller to use its budget (two at first, then one slot per completion).
+        let want = (5 - round).min(2);
+        assert!(
+            eventually(Duration::from_secs(10), || updating(&api, "web").len()
+                == want)
+            .await,
+            "round {round}: expected {want} updating, got {:?}",
+            updating(&api, "web")
+        );
+        // Give an over-eager controller the chance to exceed the budget.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut now = updating(&api, "web");
+        assert_eq!(now.len(), want, "round {round}: {now:?}");
+        now.sort();
+        // Highest ordinal first: the claims updating are always the highest not yet done.
+        let expected: Vec<String> = (0..5u32)
+            .rev()
+            .skip(round)
+            .take(want)
+            .map(|n| format!("data-web-{n}"))
+            .collect();
+        let mut expected_sorted = expected.clone();
+        expected_sorted.sort();
+        assert_eq!(now, expected_sorted, "round {round}");
+        complete_expansion(&api, &expected[0]);
+        completed.push(expected[0].clone());
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            api.get::<StatefulSet>(NS, "web")
+                .and_then(|s| s.metadata.annotations)
+                .and_then(|a| a.get(names::VOLUME_CLAIM_STATUS).cloned())
+                .as_deref()
+                == Some(r#"[{"name":"data","compatible":5,"updating":0,"overSized":0,"totalCapacity":"10Gi"}]"#)
+        })
+        .await,
+        "final status: {:?}",
+        api.get::<StatefulSet>(NS, "web").and_then(|s| s.metadata.annotations)
+    );
+    assert_eq!(
+        *peak.lock().expect("peak"),
+        2,
+        "at most two claims updating, and the budget was used"
+    );
+    let patches = claim_patches(&api.writes());
+    assert_eq!(
+        patches,
+        [
+            "data-web-4",
+            "data-web-3",
+            "data-web-2",
+            "data-web-1",
+            "data-web-0"
+        ],
+        "one patch per claim, in order"
+    );
+    for n in 0..5 {
+        let c = api
+            .get::<PersistentVolumeClaim>(NS, &format!("data-web-{n}"))
+            .expect("claim");
+        assert_eq!(storage(&c), ("2Gi".into(), "2Gi".into()));
+        assert_eq!(
+            c.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("owner"))
+                .map(String::as_str),
+            Some("me"),
+            "user labels kept"
+        );
+    }
+    // Convergence ran alongside: the set carries the templates, the annotation is gone.
+    let live = api.get::<StatefulSet>(NS, "web").expect("set");
+    assert!(
+        !live
+            .metadata
+            .annotations
+            .as_ref()
+            .expect("annotations")
+            .contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES)
+    );
+    assert_eq!(
+        live.spec
+            .volume_claim_templates
+            .as_ref()
+            .and_then(|t| t[0].spec.as_ref())
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .map(|q| q.0.as_str()),
+        Some("2Gi")
+    );
+    assert_eq!(
+        events(&api, "VolumeClaimPatched").len(),
+        10,
+        "one event on the claim and one on the set per patch"
+    );
+    assert!(!events(&api, "VolumeClaimRolloutComplete").is_empty());
+    let metrics = controller.metrics();
+    assert!(metrics.contains("claims_patched_total 5"), "{metrics}");
+    assert!(
+        metrics.contains("claim_rollouts_in_progress 0"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("claim_patch_errors_total 0"), "{metrics}");
+    watcher.abort();
+    controller.stop().await;
+    eprintln!(
+        "rollout of 5 claims with budget 2 took {:?}; writes: {}",
+        started.elapsed(),
+        api.writes().len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn incompatible_claims_are_left_alone_with_a_warning_on_set_and_claim() {
+    let api = FakeApiServer::start().await;
+    api.put_object(class("fast", true));
+    api.put_object(class("fixed", false));
+    let policy = [
+        (names::VOLUME_CLAIM_UPDATE_POLICY, "InPlace"),
+        (names::MAX_UNAVAILABLE, "3"),
+    ];
+    install(&api, set("web", 3, "fast", Some("2Gi"), &policy), 3, "fast");
+    // Another access mode than the template: immutable, never compatible in place.
+    api.put_object(claim("web", 1, "fast", "1Gi", &["ReadWriteMany"]));
+    install(
+        &api,
+        set("cold", 1, "fixed", Some("2Gi"), &policy),
+        1,
+        "fixed",
+    );
+
+    let controller = RunningController::start(&api, fast("a", features(false)));
+    assert!(
+        eventually(Duration::from_secs(10), || events(
+            &api,
+            "VolumeClaimIncompatible"
+        )
+        .len()
+            >= 4)
+        .await,
+        "events: {:?}",
+        api.list::<Event>()
+            .iter()
+            .map(|e| (e.reason.clone(), e.note.clone()))
+            .collect::<Vec<_>>()
+    );
+    let incompatible = events(&api, "VolumeClaimIncompatible");
+    let mut about: Vec<(String, String)> = incompatible.iter().map(regarding).collect();
+    about.sort();
+    assert_eq!(
+        about,
+        [
+            ("PersistentVolumeClaim".to_owned(), "data-cold-0".to_owned()),
+            ("PersistentVolumeClaim".to_owned(), "data-web-1".to_owned()),
+            ("StatefulSet".to_owned(), "cold".to_owned()),
+            ("StatefulSet".to_owned(), "web".to_owned()),
+        ]
+    );
+    let note = |name: &str| {
+        incompatible
+            .iter()
+            .find(|e| regarding(e).1 == name)
+            .and_then(|e| e.note.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        note("data-web-1"),
+        "claim data-web-1 cannot follow volume claim template \"data\" in place: its accessModes differ from the template; delete the claim and its pod to re-create it from the template"
+    );
+    assert_eq!(
+        note("data-cold-0"),
+        "claim data-cold-0 cannot follow volume claim template \"data\" in place: it needs 2Gi but its StorageClass \"fixed\" does not allow volume expansion; delete the claim and its pod to re-create it from the template"
+    );
+    // The compatible claims of web are patched (budget 3, one unit taken by the blocked claim).
+    assert!(
+        eventually(Duration::from_secs(5), || claim_patches(&api.writes())
+            .len()
+            == 2)
+        .await
+    );
+    let mut patched = claim_patches(&api.writes());
+    patched.sort();
+    assert_eq!(
+        patched,
+        ["data-web-0", "data-web-2"],
+        "incompatible claims are never patched"
+    );
+    // Reported once, not on every resync.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(events(&api, "VolumeClaimIncompatible").len(), 4);
+    let status = api
+        .get::<StatefulSet>(NS, "cold")
+        .and_then(|s| s.metadata.annotations)
+        .and_then(|a| a.get(names::VOLUME_CLAIM_STATUS).cloned());
+    assert_eq!(
+        status.as_deref(),
+        Some(
+            r#"[{"name":"data","compatible":0,"updating":0,"overSized":0,"totalCapacity":"1Gi"}]"#
+        )
+    );
+    let metrics = controller.metrics();
+    assert!(
+        metrics.contains(r#"claims_incompatible{namespace="db",statefulset="web"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"claims_incompatible{namespace="db",statefulset="cold"} 1"#),
+        "{metrics}"
+    );
+    controller.stop().await;
+}
+
+/// Where a crash is injected: the request that fails (so the controller stops right after
+/// the previous step) and how to tell it got there.
+struct Crash {
+    name: &'static str,
+    method: &'static str,
+    path: &'static str,
+    reached: fn(&FakeApiServer, &str) -> bool,
+}
+
+fn journal_step(api: &FakeApiServer) -> Option<String> {
+    api.get::<ConfigMap>(CONTROLLER_NAMESPACE, JOURNAL)
+        .and_then(|j| j.metadata.annotations)
+        .and_then(|a| a.get(names::JOURNAL_STEP).cloned())
+}
+
+fn set_uid(api: &FakeApiServer, name: &str) -> Option<String> {
+    api.get::<StatefulSet>(NS, name)
+        .and_then(|s| s.metadata.uid)
+}
+
+fn converged(api: &FakeApiServer) -> bool {
+    api.get::<ConfigMap>(CONTROLLER_NAMESPACE, JOURNAL)
+        .is_none()
+        && api.get::<StatefulSet>(NS, "web").is_some_and(|s| {
+            !s.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES))
+                && serde_json::to_value(&s.spec.volume_claim_templates)
+                    .ok()
+                    .and_then(|t| t.pointer("/0/spec/resources/requests/storage").cloned())
+                    == Some(json!("2Gi"))
+        })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_after_each_convergence_step_resumes_from_the_journal_and_loses_nothing() {
+    let crashes = [
+        Crash {
+            name: "journal written",
+            method: "PATCH",
+            path: "/configmaps/sa-journal.db.web",
+            reached: |api, _| journal_step(api).as_deref() == Some("journaled"),
+        },
+        Crash {
+            name: "journal marked",
+            method: "DELETE",
+            path: "/statefulsets/web",
+            reached: |api, _| journal_step(api).as_deref() == Some("deleting"),
+        },
+        Crash {
+            name: "set deleted",
+            method: "POST",
+            path: "/namespaces/db/statefulsets",
+            reached: |api, _| journal_step(api).is_some() && set_uid(api, "web").is_none(),
+        },
+        Crash {
+            name: "set created",
+            method: "DELETE",
+            path: "/configmaps/sa-journal.db.web",
+            reached: |api, old| {
+                journal_step(api).is_some() && set_uid(api, "web").is_some_and(|u| u != old)
+            },
+        },
+    ];
+    for crash in crashes {
+        let started = Instant::now();
+        let api = FakeApiServer::start().await;
+        api.put_object(class("fast", true));
+        let uid = install(&api, set("web", 3, "fast", Some("2Gi"), &[]), 3, "fast");
+        let pods_before: Vec<(Option<String>, Option<String>)> = api
+            .list::<Pod>()
+            .into_iter()
+            .map(|p| (p.metadata.name, p.metadata.uid))
+            .collect();
+        let claims_before: Vec<Value> = (0..3)
+            .map(|n| {
+                serde_json::to_value(api.get::<PersistentVolumeClaim>(NS, &format!("data-web-{n}")))
+                    .expect("json")
+            })
+            .collect();
+
+        api.fail_next(crash.method, crash.path, 500, 10_000);
+        let first = RunningController::start(&api, fast("first", features(true)));
+        assert!(
+            eventually(Duration::from_secs(10), || (crash.reached)(&api, &uid)).await,
+            "{}: the controller did not get there (step {:?}, set {:?})",
+            crash.name,
+            journal_step(&api),
+            set_uid(&api, "web")
+        );
+        // Let the failing step be retried at least once, then crash.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        first.kill();
+        api.clear_faults();
+        assert!(
+            !converged(&api),
+            "{}: converged before the restart",
+            crash.name
+        );
+
+        let second = RunningController::start(&api, fast("second", features(true)));
+        assert!(
+            eventually(Duration::from_secs(15), || converged(&api)).await,
+            "{}: not converged after the restart (step {:?})",
+            crash.name,
+            journal_step(&api)
+        );
+        let live = api.get::<StatefulSet>(NS, "web").expect("set");
+        assert_ne!(
+            live.metadata.uid.as_deref(),
+            Some(uid.as_str()),
+            "{}: re-created",
+            crash.name
+        );
+        let labels = live.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str),
+            Some("Helm"),
+            "{}",
+            crash.name
+        );
+        assert_eq!(
+            labels.get("helm.sh/chart").map(String::as_str),
+            Some("web-1.2.0")
+        );
+        let annotations = live.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get("meta.helm.sh/release-name")
+                .map(String::as_str),
+            Some("web")
+        );
+        assert!(annotations.contains_key("argocd.argoproj.io/tracking-id"));
+        let pods_after: Vec<(Option<String>, Option<String>)> = api
+            .list::<Pod>()
+            .into_iter()
+            .map(|p| (p.metadata.name, p.metadata.uid))
+            .collect();
+        assert_eq!(pods_after, pods_before, "{}: pods kept", crash.name);
+        for (n, before) in claims_before.iter().enumerate() {
+            let after = serde_json::to_value(
+                api.get::<PersistentVolumeClaim>(NS, &format!("data-web-{n}")),
+            )
+            .expect("json");
+            assert_eq!(
+                &after, before,
+                "{}: claims untouched (policy OnDelete)",
+                crash.name
+            );
+        }
+        let writes = api.writes();
+        assert!(
+            !writes.iter().any(|w| w.method == "DELETE"
+                && (w.path.contains("/pods/") || w.path.contains("/persistentvolumeclaims/"))),
+            "{}: no pod or claim deleted",
+            crash.name
+        );
+        let deletes: Vec<&RecordedRequest> = writes
+            .iter()
+            .filter(|w| {
+                w.method == "DELETE" && w.path.ends_with("/statefulsets/web") && w.code < 300
+            })
+            .collect();
+        assert_eq!(deletes.len(), 1, "{}: one successful delete", crash.name);
+        assert_eq!(deletes[0].propagation_policy().as_deref(), Some("Orphan"));
+        let body = deletes[0].body.clone().unwrap_or_default();
+        assert_eq!(
+            body.pointer("/preconditions/uid"),
+            Some(&json!(uid)),
+            "{}",
+            crash.name
+        );
+        assert!(body.pointer("/preconditions/resourceVersion").is_some());
+        let creates = writes
+            .iter()
+            .filter(|w| {
+                w.method == "POST"
+                    && w.path.ends_with("/namespaces/db/statefulsets")
+                    && w.code < 300
+            })
+            .count();
+        assert_eq!(creates, 1, "{}: created once", crash.name);
+        second.stop().await;
+        eprintln!(
+            "crash after '{}': converged in {:?} with {} writes",
+            crash.name,
+            started.elapsed(),
+            writes.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_edit_during_convergence_is_not_overwritten() {
+    let api = FakeApiServer::start().await;
+    api.put_object(class("fast", true));
+    let uid = install(&api, set("web", 2, "fast", Some("2Gi"), &[]), 2, "fast");
+    api.fail_next("PATCH", "/configmaps/sa-journal.db.web", 500, 10_000);
+    let controller = RunningController::start(&api, fast("a", features(true)));
+    assert!(
+        eventually(Duration::from_secs(10), || journal_step(&api).as_deref()
+            == Some("journaled"))
+        .await
+    );
+    // The user edits the set while the journal (from the old version) is open.
+    let mut edited = api
+        .get_object(
+            crate::support::fake_apiserver::ResourceType::of::<StatefulSet>(),
+            NS,
+            "web",
+        )
+        .expect("set");
+    edited["metadata"]["labels"]["team"] = json!("blue");
+    edited["spec"]["replicas"] = json!(4);
+    api.put_object(edited);
+    api.clear_faults();
+    assert!(
+        eventually(Duration::from_secs(15), || converged(&api)).await,
+        "step {:?}",
+        journal_step(&api)
+    );
+    let live = api.get::<StatefulSet>(NS, "web").expect("set");
+    assert_ne!(live.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(
+        live.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("team"))
+            .map(String::as_str),
+        Some("blue"),
+        "the edit survived"
+    );
+    assert_eq!(live.spec.replicas, Some(4));
+    assert_eq!(events(&api, "ConvergeAbandoned").len(), 1);
+    let journals = api
+        .writes()
+        .iter()
+        .filter(|w| w.method == "POST" && w.path.ends_with("/configmaps") && w.code < 300)
+        .count();
+    assert_eq!(
+        journals, 2,
+        "the stale journal was dropped and a new one written from the edited set"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_set_deleted_by_its_user_before_our_delete_is_not_recreated() {
+    let api = FakeApiServer::start().await;
+    api.put_object(class("fast", true));
+    install(&api, set("web", 1, "fast", Some("2Gi"), &[]), 1, "fast");
+    api.fail_next("PATCH", "/configmaps/sa-journal.db.web", 500, 10_000);
+    let controller = RunningController::start(&api, fast("a", features(true)));
+    assert!(
+        eventually(Duration::from_secs(10), || journal_step(&api).as_deref()
+            == Some("journaled"))
+        .await
+    );
+    api.remove::<StatefulSet>(NS, "web");
+    api.clear_faults();
+    assert!(
+        eventually(Duration::from_secs(10), || api
+            .get::<ConfigMap>(CONTROLLER_NAMESPACE, JOURNAL)
+            .is_none())
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        api.get::<StatefulSet>(NS, "web").is_none(),
+        "the user's delete stands: {:?}",
+        api.writes()
+            .iter()
+            .filter(|w| !w.path.contains("/leases/"))
+            .map(|w| (
+                w.method.clone(),
+                w.path.clone(),
+                w.code,
+                w.body
+                    .as_ref()
+                    .and_then(|b| b.pointer("/metadata/annotations"))
+                    .cloned()
+            ))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(events(&api, "ConvergeAbandoned").len(), 1);
+    assert_eq!(api.list::<Pod>().len(), 1, "pods are left alone");
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_orphan_delete_that_takes_time_is_waited_for() {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| c.orphan_deletion_lag = Duration::from_millis(700));
+    api.put_object(class("fast", true));
+    install(&api, set("web", 2, "fast", Some("2Gi"), &[]), 2, "fast");
+    let controller = RunningController::start(&api, fast("a", features(true)));
+    assert!(
+        eventually(Duration::from_secs(15), || converged(&api)).await,
+        "step {:?}",
+        journal_step(&api)
+    );
+    let creates = api
+        .writes()
+        .iter()
+        .filter(|w| w.method == "POST" && w.path.ends_with("/statefulsets"))
+        .count();
+    assert_eq!(creates, 1);
+    let pods: Vec<Pod> = api.list();
+    assert!(
+        pods.iter().all(|p| p.metadata.owner_references.is_none()),
+        "orphaned, not deleted"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hundred_sets_converge_and_then_nothing_is_written() {
+    let api = FakeApiServer::start().await;
+    api.put_object(class("fast", true));
+    for i in 0..200 {
+        api.put_object(set(&format!("s{i}"), 1, "fast", Some("2Gi"), &[]));
+    }
+    let started = Instant::now();
+    let controller = RunningController::start(&api, fast("a", features(true)));
+    let all_converged = |api: &FakeApiServer| {
+        let sets: Vec<StatefulSet> = api.list();
+        sets.len() == 200
+            && sets.iter().all(|s| {
+                !s.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES))
+            })
+            && api
+                .list::<ConfigMap>()
+                .iter()
+                .all(|c| c.metadata.namespace.as_deref() != Some(CONTROLLER_NAMESPACE))
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || all_converged(&api)).await,
+        "not converged"
+    );
+    let took = started.elapsed();
+    let is_lease = |w: &RecordedRequest| w.path.contains("/leases/");
+    let converge_writes = api.writes().iter().filter(|w| !is_lease(w)).count();
+    // Settle (events of the last steps), then watch three resync periods.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    api.clear_requests();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let writes: Vec<(String, String)> = api
+        .writes()
+        .into_iter()
+        .filter(|w| !is_lease(w))
+        .map(|w| (w.method, w.path))
+        .collect();
+    assert!(writes.is_empty(), "writes at steady state: {writes:?}");
+    assert!(
+        api.requests()
+            .iter()
+            .any(|r| r.is_watch() || r.method == "GET"),
+        "the controller is alive"
+    );
+    for s in api.list::<StatefulSet>() {
+        let a = s.metadata.annotations.unwrap_or_default();
+        assert_eq!(a.get("meta.helm.sh/release-name"), s.metadata.name.as_ref());
+    }
+    controller.stop().await;
+    eprintln!(
+        "200 sets converged in {took:?} with {converge_writes} writes ({} per set)",
+        converge_writes / 200
+    );
+}
