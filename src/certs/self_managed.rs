@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -15,12 +16,18 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::CertPaths;
 use super::rotation::{self, CertSecret, Lifetimes, TLS_CERT_KEY, TLS_KEY_KEY, plan_rotation};
+use super::x509;
 
 /// Where the certificates live and whom to tell about the CA.
 #[derive(Debug, Clone)]
@@ -40,6 +47,57 @@ pub struct SelfManagedConfig {
     pub lifetimes: Lifetimes,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertificateLabels {
+    /// `ca` or `serving`.
+    certificate: &'static str,
+}
+
+/// The actor's metric families.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    expiry: Family<CertificateLabels, Gauge>,
+    rotations: Family<CertificateLabels, Counter>,
+    failures: Counter,
+}
+
+impl Metrics {
+    /// Creates the families and registers them (names prefixed by the registry's prefix).
+    pub fn register(registry: &mut Registry) -> Arc<Self> {
+        let metrics = Self::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the self-managed certificate in use expires (ca: the signing CA, serving: the webhook's), Unix time",
+            metrics.expiry.clone(),
+        );
+        registry.register(
+            "certificate_rotations",
+            "Self-managed certificates this replica issued and stored, by certificate",
+            metrics.rotations.clone(),
+        );
+        registry.register(
+            "certificate_rotation_failures",
+            "Self-managed certificate passes that failed and will be retried",
+            metrics.failures.clone(),
+        );
+        Arc::new(metrics)
+    }
+
+    fn rotated(&self, certificate: &'static str) {
+        self.rotations
+            .get_or_create(&CertificateLabels { certificate })
+            .inc();
+    }
+
+    fn in_use(&self, certificate: &'static str, pem: Option<&[u8]>) {
+        if let Some(info) = pem.and_then(|pem| x509::parse_pem(pem).ok()) {
+            self.expiry
+                .get_or_create(&CertificateLabels { certificate })
+                .set(info.not_after.unix_timestamp());
+        }
+    }
+}
+
 const FIELD_MANAGER: &str = "stateful-admission-certs";
 const CONFLICT_RETRIES: usize = 5;
 const RETRY_SOON: Duration = Duration::from_secs(5);
@@ -49,6 +107,7 @@ const RETRY_SOON: Duration = Duration::from_secs(5);
 pub async fn start(
     client: Client,
     config: SelfManagedConfig,
+    metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) -> anyhow::Result<CertPaths> {
     let paths = CertPaths {
@@ -56,7 +115,7 @@ pub async fn start(
         cert: config.dir.join(TLS_CERT_KEY),
         key: config.dir.join(TLS_KEY_KEY),
     };
-    let first = reconcile(&client, &config)
+    let first = reconcile(&client, &config, &metrics)
         .await
         .context("cannot set up the self-managed certificate")?;
     let mut complete = first;
@@ -73,10 +132,11 @@ pub async fn start(
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
             }
-            match reconcile(&client, &config).await {
+            match reconcile(&client, &config, &metrics).await {
                 Ok(done) => complete = done,
                 Err(error) => {
                     complete = false;
+                    metrics.failures.inc();
                     // The current certificate stays served; a third of its lifetime is left.
                     tracing::error!(
                         error = format!("{error:#}"),
@@ -92,7 +152,11 @@ pub async fn start(
 /// One pass: Secret, then webhook configurations, then files — so that the new CA is trusted
 /// before this replica serves a certificate it signed. Returns false when a named webhook
 /// configuration does not exist (yet).
-pub async fn reconcile(client: &Client, config: &SelfManagedConfig) -> anyhow::Result<bool> {
+pub async fn reconcile(
+    client: &Client,
+    config: &SelfManagedConfig,
+    metrics: &Metrics,
+) -> anyhow::Result<bool> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
     let names = super::service_dns_names(&config.service, &config.namespace);
     let mut attempt = 0;
@@ -121,7 +185,15 @@ pub async fn reconcile(client: &Client, config: &SelfManagedConfig) -> anyhow::R
         );
         let next = rotation::execute(&plan, &current, &names, config.lifetimes, now)?;
         match write_secret(&secrets, config, existing, &next).await {
-            Ok(()) => break next,
+            Ok(()) => {
+                if plan.issue_ca.is_some() {
+                    metrics.rotated("ca");
+                }
+                if plan.issue_leaf.is_some() {
+                    metrics.rotated("serving");
+                }
+                break next;
+            }
             Err(kube::Error::Api(status))
                 if (status.is_conflict() || status.is_already_exists())
                     && attempt < CONFLICT_RETRIES =>
@@ -146,6 +218,8 @@ pub async fn reconcile(client: &Client, config: &SelfManagedConfig) -> anyhow::R
         complete &= ensure_ca_bundle(&api, name, &bundle).await?;
     }
     write_files(&config.dir, &stored)?;
+    metrics.in_use("ca", stored.ca_cert.as_deref());
+    metrics.in_use("serving", stored.tls_cert.as_deref());
     Ok(complete)
 }
 
@@ -294,8 +368,13 @@ fn swap_data_link(dir: &Path, version: &str) -> anyhow::Result<()> {
     std::fs::rename(&tmp, dir.join("..data"))?;
     for name in ["ca.crt", TLS_CERT_KEY, TLS_KEY_KEY] {
         let link = dir.join(name);
-        if std::fs::symlink_metadata(&link).is_err() {
-            symlink(format!("..data/{name}"), &link)?;
+        let target = PathBuf::from(format!("..data/{name}"));
+        // A regular file left there (e.g. by `certs generate`) would shadow every swap.
+        if std::fs::read_link(&link).ok() != Some(target.clone()) {
+            let tmp = dir.join(format!("..{name}_tmp"));
+            let _ = std::fs::remove_file(&tmp);
+            symlink(&target, &tmp)?;
+            std::fs::rename(&tmp, &link)?;
         }
     }
     Ok(())
@@ -418,5 +497,45 @@ mod tests {
             })
             .count();
         assert_eq!(versions, 1, "old versions are removed");
+    }
+
+    /// Files left in the directory by something else are replaced by the links, so that
+    /// the swapped content is what gets served, and a second pass changes nothing.
+    #[cfg(unix)]
+    #[test]
+    fn stale_regular_files_are_replaced_by_links() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for name in ["ca.crt", TLS_CERT_KEY, TLS_KEY_KEY] {
+            std::fs::write(dir.path().join(name), "STALE").expect("write");
+        }
+        let secret = CertSecret {
+            ca_bundle: Some(b"CA1".to_vec()),
+            tls_cert: Some(b"CERT1".to_vec()),
+            tls_key: Some(b"KEY1".to_vec()),
+            ..CertSecret::default()
+        };
+        write_files(dir.path(), &secret).expect("write");
+        for (name, content) in [
+            ("ca.crt", "CA1"),
+            (TLS_CERT_KEY, "CERT1"),
+            (TLS_KEY_KEY, "KEY1"),
+        ] {
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(name)).expect("read"),
+                content,
+                "{name}"
+            );
+            assert_eq!(
+                std::fs::read_link(dir.path().join(name)).expect("a link"),
+                PathBuf::from(format!("..data/{name}"))
+            );
+        }
+        let link = std::fs::read_link(dir.path().join("..data")).expect("link");
+        write_files(dir.path(), &secret).expect("rewrite");
+        assert_eq!(
+            std::fs::read_link(dir.path().join("..data")).expect("link"),
+            link,
+            "in place: no further swap"
+        );
     }
 }

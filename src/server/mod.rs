@@ -103,6 +103,12 @@ impl Server {
             }
             (None, _) => None,
         };
+        let cert_metrics = match &config.tls {
+            TlsSource::SelfManaged(_) => {
+                Some(crate::certs::self_managed::Metrics::register(&mut registry))
+            }
+            _ => None,
+        };
         let registry = Arc::new(registry);
 
         let (cert_path, key_path) = match &config.tls {
@@ -121,6 +127,7 @@ impl Server {
                 let paths = crate::certs::self_managed::start(
                     client,
                     certs.clone(),
+                    cert_metrics.clone().unwrap_or_default(),
                     stop_background.clone(),
                 )
                 .await?;

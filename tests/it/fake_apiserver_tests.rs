@@ -1,13 +1,17 @@
 //! The fake API server against kube's own client, watcher, reflector and event recorder:
 //! each test pins one behaviour controller tests rely on.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Namespace, ObjectReference, PersistentVolumeClaim, Pod,
+    ConfigMap, Namespace, ObjectReference, PersistentVolumeClaim, Pod, Secret,
 };
 use k8s_openapi::api::events::v1::Event as EventV1;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -1106,4 +1110,307 @@ async fn streaming_list_watchers_sync_too() {
             .all(|r| !(r.method == "GET" && !r.is_watch() && r.path.ends_with("configmaps"))),
         "no list request"
     );
+}
+
+fn secret(value: Value) -> Secret {
+    serde_json::from_value(value).expect("valid secret")
+}
+
+#[tokio::test]
+async fn secrets_store_string_data_as_data_and_keep_their_type() {
+    let api = FakeApiServer::start().await;
+    let secrets: Api<Secret> = Api::namespaced(api.client(), "apps");
+    let created = secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                json!({"metadata": {"name": "s"}, "data": {"b": "eQ=="}, "stringData": {"a": "x"}}),
+            ),
+        )
+        .await
+        .expect("create");
+    let stored = api
+        .get_object(&resources::SECRETS, "apps", "s")
+        .expect("stored");
+    assert_eq!(stored["data"], json!({"a": "eA==", "b": "eQ=="}));
+    assert_eq!(stored["type"], "Opaque");
+    assert!(stored.get("stringData").is_none());
+
+    // A TLS Secret needs both halves; the type never changes.
+    let half = api_error(
+        secrets
+            .create(
+                &PostParams::default(),
+                &secret(
+                    json!({"metadata": {"name": "tls"}, "type": "kubernetes.io/tls",
+                    "data": {"tls.crt": "eA=="}}),
+                ),
+            )
+            .await,
+    );
+    assert_eq!(half.code, 422);
+    assert_eq!(
+        half.message,
+        "Secret \"tls\" is invalid: data[tls.key]: Required value"
+    );
+    let mut retyped = created.clone();
+    retyped.type_ = Some("kubernetes.io/tls".into());
+    retyped.string_data = Some(BTreeMap::from([
+        ("tls.crt".to_owned(), "c".to_owned()),
+        ("tls.key".to_owned(), "k".to_owned()),
+    ]));
+    let immutable = api_error(secrets.replace("s", &PostParams::default(), &retyped).await);
+    assert_eq!(
+        immutable.message,
+        "Secret \"s\" is invalid: type: Invalid value: \"kubernetes.io/tls\": field is immutable"
+    );
+
+    // Optimistic concurrency as for every type.
+    let mut changed = created.clone();
+    changed.string_data = Some(BTreeMap::from([("a".to_owned(), "z".to_owned())]));
+    secrets
+        .replace("s", &PostParams::default(), &changed)
+        .await
+        .expect("current resourceVersion");
+    let stale = api_error(secrets.replace("s", &PostParams::default(), &changed).await);
+    assert_eq!(stale.code, 409);
+    let again = api_error(
+        secrets
+            .create(
+                &PostParams::default(),
+                &secret(json!({"metadata": {"name": "s"}})),
+            )
+            .await,
+    );
+    assert_eq!((again.code, again.reason.as_str()), (409, "AlreadyExists"));
+}
+
+/// A webhook configuration with two webhooks carrying every field a patch must not touch.
+fn webhook_configuration(kind: &str, name: &str) -> Value {
+    let webhook = |hook: &str, resource: &str| {
+        json!({
+            "name": hook,
+            "clientConfig": {"service": {"name": "svc", "namespace": "sa-system", "path": "/validate", "port": 443}},
+            "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": [resource]}],
+            "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]},
+            "matchConditions": [
+                {"name": "m1", "expression": "true"},
+                {"name": "m2", "expression": "request.dryRun != true"},
+            ],
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+        })
+    };
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name, "labels": {"app": "sa"}},
+        "webhooks": [webhook("a.example.io", "statefulsets"), webhook("b.example.io", "persistentvolumeclaims")],
+    })
+}
+
+#[tokio::test]
+async fn webhook_configurations_are_cluster_scoped() {
+    let api = FakeApiServer::start().await;
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(api.client());
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(api.client());
+    let object: MutatingWebhookConfiguration = serde_json::from_value(webhook_configuration(
+        "MutatingWebhookConfiguration",
+        "hooks",
+    ))
+    .expect("valid");
+    mutating
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("create");
+    let got = mutating.get("hooks").await.expect("get");
+    assert_eq!(got.namespace(), None);
+    assert_eq!(got.webhooks.map(|w| w.len()), Some(2));
+    assert!(matches!(
+        validating.get("hooks").await,
+        Err(kube::Error::Api(s)) if s.code == 404
+    ));
+    api.put_object(webhook_configuration(
+        "ValidatingWebhookConfiguration",
+        "hooks",
+    ));
+    let listed = validating.list(&ListParams::default()).await.expect("list");
+    assert_eq!(listed.items.len(), 1);
+    assert!(
+        api.requests().iter().any(|r| r.path
+            == "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/hooks")
+    );
+}
+
+/// Strategic merge on the webhook configurations merges `webhooks` and their
+/// `matchConditions` by `name`, as the apiserver does; a merge patch replaces the list.
+#[tokio::test]
+async fn strategic_merge_merges_webhooks_by_name() {
+    let api = FakeApiServer::start().await;
+    let kinds = [
+        (
+            "MutatingWebhookConfiguration",
+            &resources::MUTATING_WEBHOOK_CONFIGURATIONS,
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            &resources::VALIDATING_WEBHOOK_CONFIGURATIONS,
+        ),
+    ];
+    for (kind, resource) in kinds {
+        let original = webhook_configuration(kind, "hooks");
+        let cases: Vec<(&str, Value, Value)> = vec![
+            (
+                "one webhook's caBundle: everything else kept",
+                json!({"webhooks": [{"name": "b.example.io", "clientConfig": {"caBundle": "Q0E="}}]}),
+                {
+                    let mut want = original.clone();
+                    want["webhooks"][1]["clientConfig"]["caBundle"] = json!("Q0E=");
+                    want
+                },
+            ),
+            (
+                "an unknown name is appended",
+                json!({"webhooks": [{"name": "c.example.io", "sideEffects": "None", "gone": null}]}),
+                {
+                    let mut want = original.clone();
+                    want["webhooks"]
+                        .as_array_mut()
+                        .expect("list")
+                        .push(json!({"name": "c.example.io", "sideEffects": "None"}));
+                    want
+                },
+            ),
+            (
+                "matchConditions merge by name; rules are atomic",
+                json!({"webhooks": [{"name": "a.example.io",
+                    "matchConditions": [{"name": "m2", "expression": "false"}],
+                    "rules": [{"operations": ["CREATE"]}]}]}),
+                {
+                    let mut want = original.clone();
+                    want["webhooks"][0]["matchConditions"][1]["expression"] = json!("false");
+                    want["webhooks"][0]["rules"] = json!([{"operations": ["CREATE"]}]);
+                    want
+                },
+            ),
+            (
+                "$patch: delete removes one item; $setElementOrder is accepted",
+                json!({"$setElementOrder/webhooks": [{"name": "b.example.io"}],
+                    "webhooks": [{"name": "a.example.io", "$patch": "delete"}]}),
+                {
+                    let mut want = original.clone();
+                    want["webhooks"].as_array_mut().expect("list").remove(0);
+                    want
+                },
+            ),
+            (
+                "$patch: replace replaces the list",
+                json!({"webhooks": [{"$patch": "replace"}, {"name": "z.example.io"}]}),
+                {
+                    let mut want = original.clone();
+                    want["webhooks"] = json!([{"name": "z.example.io"}]);
+                    want
+                },
+            ),
+        ];
+        for (name, patch, want) in cases {
+            api.put_object(original.clone());
+            let got = raw_patch(
+                &api,
+                resource.plural,
+                "application/strategic-merge-patch+json",
+                patch,
+            )
+            .await
+            .expect(name);
+            let strip = |mut v: Value| {
+                for field in ["resourceVersion", "uid", "creationTimestamp"] {
+                    v["metadata"].as_object_mut().map(|m| m.remove(field));
+                }
+                v
+            };
+            assert_eq!(strip(got), strip(want), "{kind}: {name}");
+        }
+
+        // Patch items must carry the merge key.
+        api.put_object(original.clone());
+        let keyless = api_error(
+            raw_patch(
+                &api,
+                resource.plural,
+                "application/strategic-merge-patch+json",
+                json!({"webhooks": [{"sideEffects": "None"}]}),
+            )
+            .await,
+        );
+        assert_eq!(keyless.code, 500, "{kind}");
+        assert!(
+            keyless
+                .message
+                .contains("does not contain declared merge key: name")
+        );
+
+        // A JSON merge patch replaces the list, as it does on a real apiserver.
+        let merged: Value = raw_patch(
+            &api,
+            resource.plural,
+            "application/merge-patch+json",
+            json!({"webhooks": [{"name": "b.example.io"}]}),
+        )
+        .await
+        .expect("merge patch");
+        assert_eq!(
+            merged["webhooks"],
+            json!([{"name": "b.example.io"}]),
+            "{kind}"
+        );
+    }
+}
+
+async fn raw_patch(
+    api: &FakeApiServer,
+    plural: &str,
+    content_type: &str,
+    patch: Value,
+) -> Result<Value, kube::Error> {
+    let request = axum::http::Request::patch(format!(
+        "/apis/admissionregistration.k8s.io/v1/{plural}/hooks"
+    ))
+    .header("content-type", content_type)
+    .body(serde_json::to_vec(&patch).expect("json"))
+    .expect("request");
+    api.client().request(request).await
+}
+
+/// Held writes reach the registry together once released: a race made certain.
+#[tokio::test]
+async fn held_requests_race_on_release() {
+    let api = FakeApiServer::start().await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(api.client());
+    let created = maps
+        .create(&PostParams::default(), &config_map("cm", json!({})))
+        .await
+        .expect("create");
+    api.clear_requests();
+    let hold = api.hold_next("put", "/configmaps/cm", 2);
+    let replace = |value: &'static str| {
+        let maps = maps.clone();
+        let mut changed = created.clone();
+        changed.data = Some(BTreeMap::from([("k".to_owned(), value.to_owned())]));
+        async move { maps.replace("cm", &PostParams::default(), &changed).await }
+    };
+    let (first, second, ()) = tokio::join!(replace("a"), replace("b"), async {
+        hold.arrived(2, WAIT).await.expect("both held");
+        assert!(api.writes().is_empty(), "nothing applied while held");
+        hold.release();
+    });
+    let code = |result: Result<ConfigMap, kube::Error>| match result {
+        Ok(_) => 200,
+        Err(error) => api_error::<()>(Err(error)).code,
+    };
+    let mut codes = [code(first), code(second)];
+    codes.sort_unstable();
+    assert_eq!(codes, [200, 409], "same resourceVersion: one wins");
 }

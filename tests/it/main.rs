@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per area.
 
 mod certs;
+mod certs_self_managed;
 mod claim_rollout;
 mod claim_rules;
 mod common;

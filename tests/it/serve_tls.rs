@@ -88,6 +88,10 @@ impl Served {
         format!("https://localhost:{}{path}", port(&self.addr))
     }
 
+    pub(crate) fn probe_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.probe_addr)
+    }
+
     pub(crate) fn probe(&self, path: &str) -> u16 {
         let url = format!("http://{}{path}", self.probe_addr);
         reqwest::blocking_get_status(&url)

@@ -3,8 +3,10 @@
 //! It speaks the real wire protocol over HTTP on 127.0.0.1 so that kube's `Client`,
 //! `Api` and the runtime's watchers and reflectors run unmodified against it, for the
 //! resources the project touches: statefulsets (apps/v1); persistentvolumeclaims, pods,
-//! namespaces, configmaps and events (core v1); events (events.k8s.io/v1); storageclasses
-//! (storage.k8s.io/v1); leases (coordination.k8s.io/v1).
+//! namespaces, configmaps, secrets and events (core v1); events (events.k8s.io/v1);
+//! storageclasses (storage.k8s.io/v1); leases (coordination.k8s.io/v1);
+//! mutatingwebhookconfigurations and validatingwebhookconfigurations
+//! (admissionregistration.k8s.io/v1, cluster-scoped).
 //!
 //! Fidelity, by design:
 //! - objects are raw JSON (unknown fields survive); one global resourceVersion; create sets
@@ -13,12 +15,15 @@
 //!   `sendInitialEvents`, and a 410 Gone ERROR event for a resourceVersion older than the
 //!   retained history (capped at [`FakeApiConfig::watch_history_limit`]); `limit` and
 //!   `continue` are ignored: a list is always one complete page;
-//! - replace and patch (JSON patch, merge patch; strategic merge patch is applied as a
-//!   merge patch, so lists are replaced rather than merged by key) with optimistic
-//!   concurrency on `metadata.resourceVersion`; **server-side apply is not implemented and
-//!   answers 415 Unsupported Media Type**;
+//! - replace and patch (JSON patch, merge patch, strategic merge patch) with optimistic
+//!   concurrency on `metadata.resourceVersion`. Strategic merge merges lists by their patch
+//!   merge key only where [`strategic`] lists them (the webhook configurations' `webhooks`
+//!   and `webhooks[].matchConditions`, by `name`); every other list is replaced as in a merge
+//!   patch. **Server-side apply is not implemented and answers 415 Unsupported Media Type**;
 //! - `/status` subresources for statefulsets, claims and pods, isolated both ways;
-//! - the StatefulSet and PVC update validation and the defaulting our rules meet;
+//! - the StatefulSet and PVC update validation and the defaulting our rules meet; Secrets
+//!   turn `stringData` into `data`, default to `Opaque`, keep their type, and a
+//!   `kubernetes.io/tls` Secret needs `tls.crt` and `tls.key`;
 //! - delete with uid/resourceVersion preconditions and the garbage collector's orphaning;
 //!   other propagation policies are only recorded: dependents are never deleted;
 //! - `dryRun=All` validates and answers without storing.
@@ -27,7 +32,8 @@
 //! created in namespaces that do not exist; deleting a namespace deletes nothing else),
 //! pod graceful termination (pods go at once, as unscheduled pods do), the shared storage
 //! of core/v1 and events.k8s.io/v1 Events (they are two separate collections here),
-//! managedFields, and quantity canonicalisation.
+//! managedFields, quantity canonicalisation, and the webhook configurations' defaulting and
+//! validation (they are stored as sent).
 
 mod errors;
 mod http;
@@ -36,6 +42,7 @@ mod request_log;
 pub mod resources;
 mod selectors;
 mod store;
+mod strategic;
 mod validation;
 mod watch;
 
@@ -52,7 +59,7 @@ pub use resources::ResourceType;
 pub use store::{ChangeKind, StoreChange, StoreView};
 pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
 
-use request_log::{Fault, RequestLog};
+use request_log::{Fault, HoldRule, RequestLog};
 use store::{Store, meta_str, metadata_mut, namespace_and_name, typed};
 
 /// Behaviour switches; all may also be changed while the server runs
@@ -97,6 +104,7 @@ struct Shared {
     config: Mutex<FakeApiConfig>,
     log: Mutex<RequestLog>,
     faults: Mutex<Vec<Fault>>,
+    holds: Mutex<Vec<HoldRule>>,
     /// Becomes true on shutdown; every stream ends.
     shutdown: signal::Sender<bool>,
     /// Bumped to end every open watch (clients reconnect).
@@ -123,6 +131,10 @@ impl Shared {
 
     fn faults(&self) -> MutexGuard<'_, Vec<Fault>> {
         lock(&self.faults)
+    }
+
+    fn holds(&self) -> MutexGuard<'_, Vec<HoldRule>> {
+        lock(&self.holds)
     }
 }
 
@@ -180,6 +192,7 @@ impl FakeApiServer {
             log: Mutex::new(RequestLog::new(config.request_log_limit)),
             config: Mutex::new(config),
             faults: Mutex::new(Vec::new()),
+            holds: Mutex::new(Vec::new()),
             shutdown: signal::channel(false).0,
             disconnect: signal::channel(0).0,
         });
@@ -433,5 +446,50 @@ impl FakeApiServer {
     /// Drops every pending injected failure.
     pub fn clear_faults(&self) {
         self.shared.faults().clear();
+    }
+
+    /// Holds the next `times` requests with this method whose path and query contain
+    /// `path_substring` before they reach the registry, until [`Hold::release`] (or the
+    /// `Hold` is dropped): clients racing on one object get their writes applied together,
+    /// in arrival order, after each has read the same state.
+    pub fn hold_next(&self, method: &str, path_substring: &str, times: usize) -> Hold {
+        let arrived = Arc::new(signal::channel(0).0);
+        let (release, released) = signal::channel(false);
+        self.shared.holds().push(HoldRule {
+            method: method.to_owned(),
+            path_substring: path_substring.to_owned(),
+            remaining: times,
+            arrived: Arc::clone(&arrived),
+            released,
+        });
+        Hold { arrived, release }
+    }
+}
+
+/// Requests held by [`FakeApiServer::hold_next`]; released on drop.
+pub struct Hold {
+    arrived: Arc<signal::Sender<usize>>,
+    release: signal::Sender<bool>,
+}
+
+impl Hold {
+    /// Waits until `count` requests are held, or `timeout` passes.
+    pub async fn arrived(&self, count: usize, timeout: Duration) -> Result<(), WaitTimeout> {
+        let mut waiting = self.arrived.subscribe();
+        tokio::time::timeout(timeout, waiting.wait_for(|n| *n >= count))
+            .await
+            .map(drop)
+            .map_err(|_| WaitTimeout(timeout))
+    }
+
+    /// Lets every held request through, and the later matching ones unheld.
+    pub fn release(&self) {
+        self.release.send_replace(true);
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.release();
     }
 }

@@ -270,6 +270,8 @@ impl FieldError {
     fn body(&self) -> String {
         match &self.kind {
             FieldErrorKind::Forbidden => format!("Forbidden: {}", self.detail),
+            // field.Error leaves out an empty detail.
+            FieldErrorKind::Required if self.detail.is_empty() => "Required value".to_owned(),
             FieldErrorKind::Required => format!("Required value: {}", self.detail),
             FieldErrorKind::Invalid(value) => format!("Invalid value: {value:?}: {}", self.detail),
         }

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::Shared;
 use super::errors::ApiError;
 use super::registry::{self, DeleteOptions, PatchKind, Target, Update};
-use super::request_log::{RecordedRequest, take_fault};
+use super::request_log::{RecordedRequest, take_fault, take_hold};
 use super::resources::ResourceType;
 use super::selectors::Selection;
 use super::store::meta_str;
@@ -110,6 +110,11 @@ async fn log_and_inject(
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_default();
+    let held = take_hold(&mut shared.holds(), parts.method.as_str(), &path_and_query);
+    if let Some((arrived, mut released)) = held {
+        arrived.send_modify(|waiting| *waiting += 1);
+        let _ = released.wait_for(|go| *go).await;
+    }
     let injected = take_fault(&mut shared.faults(), parts.method.as_str(), &path_and_query);
     let response = match injected {
         Some(code) => ApiError::injected(code).into_response(),

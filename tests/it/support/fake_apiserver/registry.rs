@@ -10,6 +10,7 @@ use super::FakeApiConfig;
 use super::errors::{ApiError, FieldError};
 use super::resources::{self, ResourceType};
 use super::store::{Store, meta_str, metadata_mut, namespace_and_name, set_meta};
+use super::strategic;
 use super::validation::{self, PvcUpdateRules};
 
 /// Which part of an object a write addresses.
@@ -24,9 +25,9 @@ pub enum Target {
 pub enum PatchKind {
     Json,
     Merge,
-    /// Applied as a JSON merge patch: right for maps, but lists are replaced instead of
-    /// merged by their patch merge keys.
-    StrategicAsMerge,
+    /// Strategic merge: lists with a patch merge key are merged by it where
+    /// [`strategic`](super::strategic) covers them; elsewhere it acts as a JSON merge patch.
+    Strategic,
 }
 
 impl PatchKind {
@@ -37,7 +38,7 @@ impl PatchKind {
         match media {
             "application/json-patch+json" => Ok(Self::Json),
             "application/merge-patch+json" => Ok(Self::Merge),
-            "application/strategic-merge-patch+json" => Ok(Self::StrategicAsMerge),
+            "application/strategic-merge-patch+json" => Ok(Self::Strategic),
             other => Err(ApiError::unsupported_media_type(other)),
         }
     }
@@ -164,6 +165,10 @@ pub fn create(
         object["status"] = status;
     }
     apply_defaults(config, resource, None, &mut object);
+    let errors = validate_create(resource, &object);
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(resource, &name, &errors));
+    }
 
     let (ns, _) = namespace_and_name(&object);
     if store.get(resource, &ns, &name).is_some() {
@@ -223,7 +228,8 @@ pub fn patch(
             json_patch::patch(&mut new, &ops)
                 .map_err(|e| ApiError::unprocessable_patch(e.to_string()))?;
         }
-        PatchKind::Merge | PatchKind::StrategicAsMerge => {
+        PatchKind::Strategic => strategic::apply(request.resource, &mut new, &patch)?,
+        PatchKind::Merge => {
             if !patch.is_object() {
                 return Err(ApiError::bad_request(
                     "error decoding patch: a merge patch must be a JSON object",
@@ -617,6 +623,17 @@ pub fn apply_defaults(
         }
     } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
         validation::default_pvc(object);
+    } else if std::ptr::eq(resource, &resources::SECRETS) {
+        validation::default_secret(object);
+    }
+}
+
+/// Validation of a new object, where the fake models it.
+fn validate_create(resource: &ResourceType, object: &Value) -> Vec<FieldError> {
+    if std::ptr::eq(resource, &resources::SECRETS) {
+        validation::validate_secret(object)
+    } else {
+        Vec::new()
     }
 }
 
@@ -633,6 +650,8 @@ fn validate_update(
             retroactive_default_class_allowed: config.retroactive_default_class_allowed,
         };
         validation::validate_pvc_update(old, new, &rules)
+    } else if std::ptr::eq(resource, &resources::SECRETS) {
+        validation::validate_secret_update(old, new)
     } else {
         Vec::new()
     }

@@ -2,8 +2,10 @@
 //! failures tests inject.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use serde_json::Value;
+use tokio::sync::watch;
 
 /// One request as the server saw it.
 #[derive(Debug, Clone)]
@@ -113,4 +115,35 @@ pub fn take_fault(faults: &mut Vec<Fault>, method: &str, path_and_query: &str) -
         faults.remove(index);
     }
     Some(code)
+}
+
+/// Requests to hold back until a test releases them (see `FakeApiServer::hold_next`).
+pub struct HoldRule {
+    pub method: String,
+    pub path_substring: String,
+    pub remaining: usize,
+    /// Counts the requests waiting.
+    pub arrived: Arc<watch::Sender<usize>>,
+    pub released: watch::Receiver<bool>,
+}
+
+/// Takes one use of the first hold matching a request, if any: the counter to bump and the
+/// signal to wait for.
+pub fn take_hold(
+    holds: &mut Vec<HoldRule>,
+    method: &str,
+    path_and_query: &str,
+) -> Option<(Arc<watch::Sender<usize>>, watch::Receiver<bool>)> {
+    let index = holds.iter().position(|h| {
+        h.remaining > 0
+            && h.method.eq_ignore_ascii_case(method)
+            && path_and_query.contains(&h.path_substring)
+    })?;
+    let hold = &mut holds[index];
+    hold.remaining -= 1;
+    let taken = (Arc::clone(&hold.arrived), hold.released.clone());
+    if hold.remaining == 0 {
+        holds.remove(index);
+    }
+    Some(taken)
 }

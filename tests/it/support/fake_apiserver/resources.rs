@@ -191,8 +191,41 @@ pub static LEASES: ResourceType = ResourceType {
     field_labels: &[],
 };
 
+pub static SECRETS: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "secrets",
+    kind: "Secret",
+    namespaced: true,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[("type", "/type")],
+};
+
+pub static MUTATING_WEBHOOK_CONFIGURATIONS: ResourceType = ResourceType {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    plural: "mutatingwebhookconfigurations",
+    kind: "MutatingWebhookConfiguration",
+    namespaced: false,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[],
+};
+
+pub static VALIDATING_WEBHOOK_CONFIGURATIONS: ResourceType = ResourceType {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    plural: "validatingwebhookconfigurations",
+    kind: "ValidatingWebhookConfiguration",
+    namespaced: false,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[],
+};
+
 /// Every served type.
-pub static ALL: [&ResourceType; 9] = [
+pub static ALL: [&ResourceType; 12] = [
     &STATEFULSETS,
     &PERSISTENT_VOLUME_CLAIMS,
     &PODS,
@@ -202,4 +235,7 @@ pub static ALL: [&ResourceType; 9] = [
     &EVENTS,
     &STORAGE_CLASSES,
     &LEASES,
+    &SECRETS,
+    &MUTATING_WEBHOOK_CONFIGURATIONS,
+    &VALIDATING_WEBHOOK_CONFIGURATIONS,
 ];

@@ -279,3 +279,51 @@ pub fn parse_quantity(quantity: &str) -> Option<f64> {
     let value: f64 = number.parse().ok()?;
     value.is_finite().then_some(value * factor)
 }
+
+/// `stringData` is written into `data` (base64) and dropped, as the v1 conversion does; the
+/// type defaults to `Opaque` (`SetDefaults_Secret`).
+pub fn default_secret(object: &mut Value) {
+    use base64::Engine as _;
+    let Some(secret) = object.as_object_mut() else {
+        return;
+    };
+    secret.entry("type").or_insert(json!("Opaque"));
+    let Some(Value::Object(strings)) = secret.remove("stringData") else {
+        return;
+    };
+    let data = secret.entry("data").or_insert(json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (key, value) in strings {
+            let text = value.as_str().unwrap_or_default();
+            let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+            data.insert(key, json!(encoded));
+        }
+    }
+}
+
+/// `ValidateSecret`, the part our Secrets meet: a `kubernetes.io/tls` Secret carries both
+/// halves of the pair.
+pub fn validate_secret(object: &Value) -> Vec<FieldError> {
+    if object.get("type").and_then(Value::as_str) != Some("kubernetes.io/tls") {
+        return Vec::new();
+    }
+    ["tls.crt", "tls.key"]
+        .into_iter()
+        .filter(|key| object.pointer(&format!("/data/{key}")).is_none())
+        .map(|key| FieldError::required(&format!("data[{key}]"), ""))
+        .collect()
+}
+
+/// `ValidateSecretUpdate`: the type is immutable.
+pub fn validate_secret_update(old: &Value, new: &Value) -> Vec<FieldError> {
+    let mut errors = validate_secret(new);
+    let (old_type, new_type) = (old.get("type"), new.get("type"));
+    if old_type != new_type {
+        let shown = new_type.and_then(Value::as_str).unwrap_or_default();
+        errors.push(FieldError::invalid("type", shown, "field is immutable"));
+    }
+    errors
+}
