@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use stateful_admission::admission::offline::{self, Phases};
-use stateful_admission::admission::{Context, Phase, Policy};
+use stateful_admission::admission::{Context, GateStatus, Phase, Policy};
 use stateful_admission::cluster::ClusterView;
 
 use crate::common::{
@@ -520,6 +520,31 @@ async fn a_native_max_unavailable_is_copied_into_the_fallback_annotation() {
     let response = review_response(&off, "/mutate", &create_with_max_unavailable()).await;
     assert_eq!(response["allowed"], true);
     assert_eq!(patch_of(&response), json!([]));
+
+    // The controller's probe found the gate on: the apiserver keeps the field, so no copy.
+    // Gate off or not known yet: the copy is written.
+    for (gate, copies) in [
+        (GateStatus::Enabled, false),
+        (GateStatus::Disabled, true),
+        (GateStatus::Unknown, true),
+    ] {
+        let cell = stateful_admission::controller::max_unavailable::GateCell::default();
+        cell.set(gate);
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = std::sync::Arc::new(stateful_admission::server::metrics::Metrics::register(
+            &mut registry,
+        ));
+        let state = stateful_admission::server::routes::AdmissionState::new(
+            ClusterView::empty(),
+            Policy::default(),
+            metrics,
+        )
+        .with_max_unavailable_gate(cell);
+        let router = stateful_admission::server::routes::router(std::sync::Arc::new(state));
+        let response = review_response(&router, "/mutate", &create_with_max_unavailable()).await;
+        assert_eq!(response["allowed"], true);
+        assert_eq!(patch_of(&response) != json!([]), copies, "{gate:?}");
+    }
 }
 
 #[tokio::test]

@@ -171,7 +171,7 @@ fn review_max_unavailable(
         }
     }
     let mut fallback = None;
-    if policy.max_unavailable_fallback
+    if policy.needs_max_unavailable_fallback()
         && let Some(native) = &strategy.max_unavailable
     {
         let value = native.render();
