@@ -381,6 +381,18 @@ def test_rbac_follows_each_feature_switch(feature, grant):
     assert not grants(render(_feature_off(feature)), kind, resource, verb)
 
 
+def test_a_journaled_convergence_can_be_finished_after_converge_is_turned_off():
+    converge_off = render(_feature_off("converge"))
+    assert not grants(converge_off, "Role", "configmaps", "create"), "no new journals"
+    assert not grants(converge_off, "ClusterRole", "statefulsets", "delete"), "no new deletes"
+    assert grants(converge_off, "Role", "configmaps", "delete")
+    assert grants(converge_off, "ClusterRole", "statefulsets", "create")
+    both_off = render({"controller": {"claimRollout": {"enabled": False},
+                                      "converge": {"enabled": False}}})
+    assert not grants(both_off, "Role", "configmaps", "delete")
+    assert not grants(both_off, "ClusterRole", "statefulsets", "create")
+
+
 def test_claim_patching_needs_rollout_or_retroactive_class():
     both_off = {"controller": {"claimRollout": {"enabled": False},
                                "retroactiveDefaultStorageClass": {"enabled": False}}}
