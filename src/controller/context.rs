@@ -27,6 +27,42 @@ pub enum Error {
     Invalid(String),
 }
 
+/// Writes whose effect the caches have not shown yet (the "expectations" of upstream
+/// controllers): an object key and the resourceVersion the object had when we wrote it. While
+/// a cache still shows that version, plans for the object are stale and must not lead to a
+/// second write.
+#[derive(Debug, Default)]
+pub struct Expectations(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+/// Entries kept at most; past it the oldest knowledge is dropped (costing at worst one
+/// refused write, never a wrong one: writes carry preconditions).
+const MAX_EXPECTATIONS: usize = 10_000;
+
+impl Expectations {
+    /// Records that we wrote `key` when it had `stale_version`.
+    pub fn wrote(&self, key: String, stale_version: String) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_EXPECTATIONS {
+            map.clear();
+        }
+        map.insert(key, stale_version);
+    }
+
+    /// Whether the cached `version` of `key` predates our write; forgets the write once the
+    /// cache has moved past it.
+    pub fn is_stale(&self, key: &str, version: Option<&str>) -> bool {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(key) {
+            Some(stale) if Some(stale.as_str()) == version => true,
+            Some(_) => {
+                map.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+}
+
 /// Shared state of one leadership term.
 pub struct Ctx {
     pub client: Client,
@@ -39,6 +75,8 @@ pub struct Ctx {
     pub journals: Store<ConfigMap>,
     pub recorder: Recorder,
     pub metrics: Arc<ControllerMetrics>,
+    /// Our writes the caches have not caught up with.
+    pub expectations: Expectations,
     writers: std::sync::Mutex<
         Option<(
             reflector::store::Writer<Pod>,
@@ -71,6 +109,7 @@ impl Ctx {
             view,
             recorder,
             metrics,
+            expectations: Expectations::default(),
             writers: std::sync::Mutex::new(Some((pods_writer, journals_writer))),
         }
     }
@@ -212,4 +251,23 @@ impl SetSnapshot {
 /// the first dot after the prefix ends it and no two sets share a journal.
 pub fn journal_name(namespace: &str, name: &str) -> String {
     format!("sa-journal.{namespace}.{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expectations_hold_until_the_cache_moves_past_our_write() {
+        let e = Expectations::default();
+        assert!(!e.is_stale("db/a", Some("7")), "nothing written");
+        e.wrote("db/a".into(), "7".into());
+        assert!(
+            e.is_stale("db/a", Some("7")),
+            "cache still shows the old version"
+        );
+        assert!(e.is_stale("db/a", Some("7")));
+        assert!(!e.is_stale("db/a", Some("9")), "cache caught up");
+        assert!(!e.is_stale("db/a", Some("7")), "forgotten once caught up");
+    }
 }

@@ -241,6 +241,11 @@ async fn warn_once(ctx: &Ctx, key: String, set: &StatefulSet, reason: &str, note
     }
 }
 
+/// Key of a claim in the controller's expectations.
+fn claim_key(namespace: &str, name: &str) -> String {
+    format!("persistentvolumeclaims/{namespace}/{name}")
+}
+
 async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
     let set = snapshot.set.as_ref();
     let (ns, name) = (&snapshot.namespace, &snapshot.name);
@@ -261,6 +266,19 @@ async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
         }
     };
     if templates.is_empty() || set.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    // A claim we patched whose new version the cache has not shown yet: planning now would
+    // work on stale sizes and budgets. Its watch event triggers the next reconcile.
+    let stale = snapshot.claims.iter().any(|(_, _, c)| {
+        c.as_ref().is_some_and(|c| {
+            ctx.expectations.is_stale(
+                &claim_key(ns, c.metadata.name.as_deref().unwrap_or_default()),
+                c.metadata.resource_version.as_deref(),
+            )
+        })
+    });
+    if stale {
         return Ok(());
     }
     let (settings, problem) = rollout_settings(set, snapshot.ordinals.len());
@@ -342,6 +360,12 @@ async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
         let claim = claim_of(&step.claim);
         match act::patch_claim(ctx, ns, &step.claim, &step.patch.body).await {
             Ok(_) => {
+                if let Some(version) = claim
+                    .as_ref()
+                    .and_then(|c| c.metadata.resource_version.clone())
+                {
+                    ctx.expectations.wrote(claim_key(ns, &step.claim), version);
+                }
                 metrics.patched.inc();
                 metrics.forget(&format!("{uid}/patch/{}/", step.claim));
                 let note = format!(
