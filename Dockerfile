@@ -1,8 +1,8 @@
 # Multi-stage build: a release binary on a distroless runtime with no shell, run as non-root.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
+# Everything the manifest names (sources, benches, examples); .dockerignore keeps out the rest.
+COPY . .
 RUN cargo build --release --locked --bin stateful-admission
 
 FROM gcr.io/distroless/cc-debian12:nonroot
