@@ -47,6 +47,17 @@ pub fn decode_request(raw: &Value) -> Result<AdmissionRequest<DynamicObject>, Ba
     if !raw.get("request").is_some_and(Value::is_object) {
         return Err(BadReview::NoRequest);
     }
+    // Rules patch paths under `/metadata`; an object without it (never sent by the apiserver,
+    // but `DynamicObject` would default it) would get a patch that cannot apply.
+    for field in ["object", "oldObject"] {
+        let object = raw.pointer(&format!("/request/{field}"));
+        if object.is_some_and(|o| !o.is_null() && !o.get("metadata").is_some_and(Value::is_object))
+        {
+            return Err(BadReview::Decode(format!(
+                "request.{field}: metadata must be an object"
+            )));
+        }
+    }
     let review = AdmissionReview::<DynamicObject>::deserialize(raw)
         .map_err(|e| BadReview::Decode(e.to_string()))?;
     review.try_into().map_err(|_| BadReview::NoRequest)
@@ -129,5 +140,34 @@ fn combine(mutated: Verdict, validated: Verdict) -> Verdict {
         },
         denial: validated.denial,
         warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_object_without_metadata_is_malformed() {
+        // Found by the fuzzer: a PVC CREATE whose object had no metadata got a label patch
+        // at /metadata/labels, which cannot apply.
+        let review = |object: Value| {
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "PersistentVolumeClaim"},
+                "resource": {"group": "", "version": "v1", "resource": "persistentvolumeclaims"},
+                "name": "data-web-0", "namespace": "default", "operation": "CREATE",
+                "userInfo": {}, "object": object, "oldObject": null}})
+        };
+        for object in [json!({"spec": {}}), json!({"metadata": "x"}), json!([1])] {
+            let err = decode_request(&review(object.clone())).expect_err("no metadata");
+            assert_eq!(
+                err.to_string(),
+                "malformed AdmissionReview: request.object: metadata must be an object",
+                "{object}"
+            );
+        }
+        assert!(decode_request(&review(json!({"metadata": {"name": "data-web-0"}}))).is_ok());
+        assert!(decode_request(&review(Value::Null)).is_ok());
     }
 }

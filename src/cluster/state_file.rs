@@ -48,7 +48,11 @@ pub fn load(path: &Path) -> Result<ClusterObjects, StateError> {
 
 /// Parses state from bytes; `file` only names the source in errors.
 pub fn parse(file: &str, bytes: &[u8]) -> Result<ClusterObjects, StateError> {
-    let docs = parse_documents(file, bytes)?;
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if matches!(first, Some(b'{') | Some(b'[')) {
+        return parse_json(file, bytes);
+    }
+    let docs = parse_yaml(file, bytes)?;
     objects_from_values(
         file,
         docs.into_iter()
@@ -58,20 +62,45 @@ pub fn parse(file: &str, bytes: &[u8]) -> Result<ClusterObjects, StateError> {
     )
 }
 
-fn parse_documents(file: &str, bytes: &[u8]) -> Result<Vec<Value>, StateError> {
+/// JSON, possibly several concatenated documents, decoded one List item at a time: a state of
+/// 10,000 claims never exists as one JSON tree (that tree was most of the startup memory).
+fn parse_json(file: &str, bytes: &[u8]) -> Result<ClusterObjects, StateError> {
+    use serde::de::DeserializeSeed;
+    let mut out = ClusterObjects::default();
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut document = 0;
+    loop {
+        document += 1;
+        let mut failed = None;
+        let seed = stream::Document {
+            out: &mut out,
+            failed: &mut failed,
+        };
+        if let Err(e) = seed.deserialize(&mut de) {
+            return Err(match failed {
+                Some(message) => StateError::Document {
+                    file: file.to_owned(),
+                    document,
+                    message,
+                },
+                None => StateError::Parse {
+                    file: file.to_owned(),
+                    message: e.to_string(),
+                },
+            });
+        }
+        // Only whitespace left: done; anything else is the next document.
+        if de.end().is_ok() {
+            return Ok(out);
+        }
+    }
+}
+
+fn parse_yaml(file: &str, bytes: &[u8]) -> Result<Vec<Value>, StateError> {
     let parse_err = |message: String| StateError::Parse {
         file: file.to_owned(),
         message,
     };
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    if matches!(first, Some(b'{') | Some(b'[')) {
-        // JSON, possibly several concatenated documents.
-        let mut docs = Vec::new();
-        for doc in serde_json::Deserializer::from_slice(bytes).into_iter::<Value>() {
-            docs.push(doc.map_err(|e| parse_err(e.to_string()))?);
-        }
-        return Ok(docs);
-    }
     let text = std::str::from_utf8(bytes).map_err(|e| parse_err(e.to_string()))?;
     // The YAML error renders a source snippet over several lines; keep the first (it names
     // the line and column) so that the error stays one line.
@@ -119,7 +148,12 @@ pub fn objects_from_values(
     Ok(out)
 }
 
-fn add(out: &mut ClusterObjects, item: Value) -> Result<(), String> {
+fn add(out: &mut ClusterObjects, mut item: Value) -> Result<(), String> {
+    // As the reflectors do (cluster::watch): the rules never read managedFields from cached
+    // objects, and they are often the largest part of an object.
+    if let Some(metadata) = item.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("managedFields");
+    }
     let kind = item
         .get("kind")
         .and_then(Value::as_str)
@@ -149,6 +183,162 @@ fn add(out: &mut ClusterObjects, item: Value) -> Result<(), String> {
 
 fn decode<K: DeserializeOwned>(item: Value) -> Result<K, serde_json::Error> {
     serde_json::from_value(item)
+}
+
+/// The streaming side of [`parse_json`]: a document is `null` (skipped), an array of
+/// objects, an object with an `items` array (a List), or one object — as in
+/// [`objects_from_values`].
+mod stream {
+    use std::fmt;
+
+    use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Value};
+
+    use super::{ClusterObjects, add};
+
+    pub(super) struct Document<'a> {
+        pub out: &'a mut ClusterObjects,
+        /// Why the document was refused, when it parsed but does not decode.
+        pub failed: &'a mut Option<String>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Document<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl Document<'_> {
+        fn add<E: de::Error>(&mut self, item: Value) -> Result<(), E> {
+            add(self.out, item).map_err(|message| {
+                let e = E::custom(&message);
+                *self.failed = Some(message);
+                e
+            })
+        }
+
+        fn refuse<E: de::Error>(&mut self, found: &str) -> Result<(), E> {
+            let message = format!("expected an object, found {found}");
+            let e = E::custom(&message);
+            *self.failed = Some(message);
+            Err(e)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Document<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a List, an array of objects or an object")
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+            Ok(())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+            while let Some(item) = seq.next_element::<Value>()? {
+                self.add(item)?;
+            }
+            Ok(())
+        }
+
+        fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+            let mut fields = Map::new();
+            let mut listed = false;
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "items" {
+                    let items = map.next_value_seed(Items {
+                        doc: Document {
+                            out: self.out,
+                            failed: self.failed,
+                        },
+                    })?;
+                    match items {
+                        None => listed = true,
+                        Some(value) => {
+                            fields.insert(key, value);
+                        }
+                    }
+                } else {
+                    fields.insert(key, map.next_value()?);
+                }
+            }
+            if listed {
+                Ok(())
+            } else {
+                self.add(Value::Object(fields))
+            }
+        }
+
+        fn visit_bool<E: de::Error>(mut self, v: bool) -> Result<(), E> {
+            self.refuse(&v.to_string())
+        }
+        fn visit_i64<E: de::Error>(mut self, v: i64) -> Result<(), E> {
+            self.refuse(&v.to_string())
+        }
+        fn visit_u64<E: de::Error>(mut self, v: u64) -> Result<(), E> {
+            self.refuse(&v.to_string())
+        }
+        fn visit_f64<E: de::Error>(mut self, v: f64) -> Result<(), E> {
+            self.refuse(&Value::from(v).to_string())
+        }
+        fn visit_str<E: de::Error>(mut self, v: &str) -> Result<(), E> {
+            self.refuse(&Value::from(v).to_string())
+        }
+    }
+
+    /// The value of a top-level `items` key: an array is streamed into the objects (`None`);
+    /// anything else is kept as a field of a single object (`Some`).
+    struct Items<'a> {
+        doc: Document<'a>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Items<'_> {
+        type Value = Option<Value>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Items<'_> {
+        type Value = Option<Value>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Option<Value>, A::Error> {
+            self.doc.visit_seq(seq).map(|()| None)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Option<Value>, A::Error> {
+            let value = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+            Ok(Some(value))
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Option<Value>, E> {
+            Ok(Some(Value::Null))
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Option<Value>, E> {
+            Ok(Some(Value::from(v)))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<Value>, E> {
+            Ok(Some(Value::from(v)))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Option<Value>, E> {
+            Ok(Some(Value::from(v)))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Option<Value>, E> {
+            Ok(Some(Value::from(v)))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<Value>, E> {
+            Ok(Some(Value::from(v)))
+        }
+    }
+
+    use serde::Deserialize as _;
 }
 
 #[cfg(test)]
@@ -209,6 +399,56 @@ metadata: {name: ignored}
         );
 
         let err = parse("s.yaml", b"metadata: {name: a}\n").expect_err("no kind");
+        assert!(
+            err.to_string().contains("document 1: object has no kind"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn json_lists_arrays_and_objects_stream_into_the_same_objects_as_yaml() {
+        let yaml = "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: v1, kind: PersistentVolumeClaim, metadata: {name: c, namespace: a, managedFields: [{manager: m}]}}\n";
+        let json = r#"{"items":[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a"}},{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"c","namespace":"a","managedFields":[{"manager":"m"}]}}],"kind":"List","apiVersion":"v1"}
+null
+[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"b"}}]
+{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"c"},"items":{"not":"a list"}}"#;
+        let from_yaml = parse("s.yaml", yaml.as_bytes()).expect("yaml");
+        let from_json = parse("s.json", json.as_bytes()).expect("json");
+        assert_eq!(from_json.claims, from_yaml.claims);
+        assert_eq!(
+            from_json
+                .namespaces
+                .iter()
+                .filter_map(|n| n.metadata.name.as_deref())
+                .collect::<Vec<_>>(),
+            ["a", "b", "c"]
+        );
+        // Stripped as the reflectors strip them.
+        assert_eq!(from_json.claims[0].metadata.managed_fields, None);
+        assert_eq!(from_yaml.claims[0].metadata.managed_fields, None);
+    }
+
+    #[test]
+    fn json_errors_name_the_document_when_it_parses_and_the_position_when_not() {
+        let err = parse("s.json", b"[]\n{\"kind\":\"StatefulSet\",\"metadata\":{\"name\":\"web\"},\"spec\":{\"replicas\":\"many\"}}")
+            .expect_err("bad replicas");
+        assert!(
+            err.to_string()
+                .starts_with("state file s.json: document 2: StatefulSet \"web\""),
+            "{err}"
+        );
+        let err = parse("s.json", b"[1]").expect_err("not an object");
+        assert_eq!(
+            err.to_string(),
+            "state file s.json: document 1: object has no kind"
+        );
+        let err = parse("s.json", b"{\"items\": [{\"kind\": ").expect_err("truncated");
+        assert!(
+            err.to_string()
+                .starts_with("state file s.json: cannot parse"),
+            "{err}"
+        );
+        let err = parse("s.json", b"{} 5").expect_err("a number");
         assert!(
             err.to_string().contains("document 1: object has no kind"),
             "{err}"

@@ -25,6 +25,39 @@ use kube::core::admission::AdmissionRequest;
 /// review carries the object twice (object and oldObject).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
+/// Request-body bytes held at once across all connections (ten bodies at the cap). Without
+/// it a flood of large bodies grows memory with the number of connections and streams.
+pub const BODY_BUDGET_BYTES: usize = 32 * 1024 * 1024;
+
+/// Shares of [`BODY_BUDGET_BYTES`]: a request reserves its declared length (the whole cap when
+/// it declares none) before its body is read and holds it until answered; others wait, within
+/// the request timeout. Reserving up front, all at once, cannot deadlock.
+#[derive(Debug)]
+pub struct BodyBudget {
+    permits: tokio::sync::Semaphore,
+    total: usize,
+}
+
+impl BodyBudget {
+    pub fn new(bytes: u32) -> Self {
+        Self {
+            permits: tokio::sync::Semaphore::new(bytes as usize),
+            total: bytes as usize,
+        }
+    }
+
+    /// Waits for `bytes` (at most the whole budget) and holds them until dropped.
+    pub async fn reserve(&self, bytes: usize) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let share = u32::try_from(bytes.min(self.total)).unwrap_or(u32::MAX);
+        self.permits.acquire_many(share).await.ok()
+    }
+
+    /// Bytes not reserved now.
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+}
+
 /// The function that judges a request: [`admission::evaluate`], or a stand-in in tests.
 pub type Evaluator =
     fn(Phase, &AdmissionRequest<DynamicObject>, &Context<'_>) -> admission::Verdict;
@@ -38,6 +71,7 @@ pub struct AdmissionState {
     /// The apiserver's maxUnavailable gate as the controller's probe found it (the same
     /// cell the controller writes when both run in `serve`; unknown otherwise).
     pub max_unavailable_gate: GateCell,
+    pub body_budget: Arc<BodyBudget>,
 }
 
 impl AdmissionState {
@@ -48,6 +82,7 @@ impl AdmissionState {
             metrics,
             evaluator: admission::evaluate,
             max_unavailable_gate: GateCell::default(),
+            body_budget: Arc::new(BodyBudget::new(BODY_BUDGET_BYTES as u32)),
         }
     }
 
@@ -112,18 +147,21 @@ async fn handle(phase: Phase, state: &AdmissionState, headers: &HeaderMap, body:
             None,
         );
     }
-    let declared_too_large = headers
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .is_some_and(|len| len > MAX_BODY_BYTES as u64);
-    if declared_too_large {
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
         return reject(
             StatusCode::PAYLOAD_TOO_LARGE,
             "request body too large",
             None,
         );
     }
+    let share = declared.map_or(MAX_BODY_BYTES, |len| len as usize);
+    let Some(_share) = state.body_budget.reserve(share).await else {
+        return reject(StatusCode::SERVICE_UNAVAILABLE, "shutting down", None);
+    };
     let bytes = match read_body(body).await {
         Ok(bytes) => bytes,
         Err(BodyError::TooLarge) => {

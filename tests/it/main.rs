@@ -9,8 +9,12 @@ mod controller_runtime;
 mod default_class_controller;
 mod e2e_cluster;
 mod fake_apiserver_tests;
+#[path = "../../fuzz/harness.rs"]
+mod fuzz_harness;
+mod fuzz_replay;
 mod max_unavailable_driver;
 mod review_cli;
+mod robustness;
 mod serve_cluster;
 mod serve_tls;
 mod server_router;

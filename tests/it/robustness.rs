@@ -1,0 +1,168 @@
+//! CI-sized versions of the load and fault properties of scripts/load.sh: no numbers, only
+//! behaviours (the numbers are in BENCHMARKS.md).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+use stateful_admission::admission::Policy;
+use stateful_admission::cluster::ClusterView;
+use stateful_admission::server::metrics::Metrics;
+use stateful_admission::server::routes::{self, AdmissionState, BodyBudget};
+use tower::ServiceExt;
+
+use crate::common::{fixture, post_raw};
+use crate::serve_tls::Served;
+
+fn state_with_budget(bytes: u32) -> Arc<AdmissionState> {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let mut state = AdmissionState::new(ClusterView::empty(), Policy::default(), metrics);
+    state.body_budget = Arc::new(BodyBudget::new(bytes));
+    Arc::new(state)
+}
+
+fn review_request(body: &[u8]) -> Request<Body> {
+    Request::post("/validate")
+        .header("content-type", "application/json")
+        .header("content-length", body.len().to_string())
+        .body(Body::from(body.to_vec()))
+        .expect("request")
+}
+
+#[tokio::test]
+async fn a_review_waits_for_body_budget_and_is_answered_once_it_frees() {
+    let body = serde_json::to_vec(&fixture("apiserver/pvc-create.validate.json")).expect("json");
+    let state = state_with_budget(64 * 1024);
+    let app = routes::router(state.clone());
+
+    // Another request holds the whole budget: this one must not be read or answered yet.
+    let held = state.body_budget.reserve(64 * 1024).await;
+    let mut pending = tokio::spawn(app.clone().oneshot(review_request(&body)));
+    let early = tokio::time::timeout(Duration::from_millis(200), &mut pending).await;
+    assert!(early.is_err(), "answered while the budget was exhausted");
+
+    drop(held);
+    let response = pending.await.expect("task").expect("answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    // Its share is returned after the answer.
+    assert_eq!(state.body_budget.available(), 64 * 1024);
+}
+
+#[tokio::test]
+async fn a_body_of_unknown_length_reserves_the_whole_cap_and_still_gets_413_past_it() {
+    let state = state_with_budget(routes::MAX_BODY_BYTES as u32);
+    let app = routes::router(state.clone());
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..4).map(|_| Ok(vec![b' '; 1024 * 1024])).collect();
+    let req = Request::post("/mutate")
+        .header("content-type", "application/json")
+        .body(Body::from_stream(futures::stream::iter(chunks)))
+        .expect("request");
+    let response = app.oneshot(req).await.expect("answer");
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(state.body_budget.available(), routes::MAX_BODY_BYTES);
+}
+
+#[tokio::test]
+async fn an_object_without_metadata_is_400_naming_the_field() {
+    let app = crate::common::app(ClusterView::empty(), Policy::default());
+    let mut review = fixture("apiserver/pvc-create-by-statefulset-controller.mutate.json");
+    review["request"]["object"] = serde_json::json!({"spec": {}});
+    let body = serde_json::to_vec(&review).expect("json");
+    let (status, bytes) = post_raw(&app, "/mutate", Some("application/json"), body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let err: Value = serde_json::from_slice(&bytes).expect("JSON error");
+    assert_eq!(
+        err["error"],
+        "malformed AdmissionReview: request.object: metadata must be an object"
+    );
+}
+
+/// Reads until the peer closes; true when it did (EOF or reset) within `limit`.
+fn closed_by_peer(stream: &mut TcpStream, limit: Duration) -> bool {
+    stream.set_read_timeout(Some(limit)).expect("timeout");
+    let mut buf = [0u8; 512];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn silent_and_half_finished_connections_are_dropped_and_slots_come_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir_arg = dir.path().to_string_lossy().into_owned();
+    let served = Served::start(&[
+        "--self-signed",
+        "--self-signed-dir",
+        &dir_arg,
+        "--state",
+        &crate::common::fixture_path("state/empty.yaml").to_string_lossy(),
+        "--handshake-timeout",
+        "1s",
+        "--max-connections",
+        "4",
+    ]);
+    let url = served.url("/validate");
+    let port = url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.split('/').next())
+        .expect("port");
+    let addr = format!("127.0.0.1:{port}");
+    // More silent peers than slots: each is dropped after the handshake timeout...
+    let mut silent: Vec<TcpStream> = (0..6)
+        .map(|_| TcpStream::connect(&addr).expect("connect"))
+        .collect();
+    // ...and so is one that starts a TLS hello and stops half-way.
+    let mut partial = TcpStream::connect(&addr).expect("connect");
+    partial
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .expect("write");
+    tokio::task::spawn_blocking(move || {
+        for (i, s) in silent.iter_mut().enumerate() {
+            assert!(
+                closed_by_peer(s, Duration::from_secs(30)),
+                "silent peer {i} still open"
+            );
+        }
+        assert!(
+            closed_by_peer(&mut partial, Duration::from_secs(30)),
+            "partial hello still open"
+        );
+    })
+    .await
+    .expect("peers closed");
+    // The slots are free again: a real client is served.
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let body = serde_json::to_vec(&fixture("apiserver/pvc-create.validate.json")).expect("json");
+    let response = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("served after the silent peers are gone");
+    assert_eq!(response.status(), StatusCode::OK);
+}
