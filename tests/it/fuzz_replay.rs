@@ -18,13 +18,16 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// A fuzz property: returns on input it rejects, panics when broken.
+type Property = fn(&[u8]);
+
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
 #[test]
 fn inputs_the_fuzzer_failed_on_pass_now() {
-    let targets: [(&str, fn(&[u8])); 4] = [
+    let targets: [(&str, Property); 4] = [
         ("review", harness::review_body),
         ("rule_object", harness::rule_object),
         ("cluster_state", harness::cluster_state),
