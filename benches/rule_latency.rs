@@ -2,7 +2,7 @@
 //! own (criterion reports means), so p99 and the worst case are visible. Issue 9's target is
 //! p99 under 50 µs for each scenario.
 //!
-//! `cargo bench --bench rule_latency [-- SAMPLES]` (default 100,000 per scenario) prints one
+//! `cargo bench --bench rule_latency [-- SAMPLES]` (default 20,000 per scenario) prints one
 //! table row per scenario and phase.
 
 mod support;
@@ -42,8 +42,13 @@ fn main() {
     let n = std::env::args()
         .skip(1)
         .find_map(|a| a.parse::<usize>().ok())
-        .unwrap_or(100_000);
-    let view = support::issue_view();
+        .unwrap_or(20_000);
+    // `RULE_LATENCY_VIEW=empty` times the same reviews against an empty view.
+    let view = if std::env::var("RULE_LATENCY_VIEW").is_ok_and(|v| v == "empty") {
+        stateful_admission::cluster::ClusterView::empty()
+    } else {
+        support::issue_view()
+    };
     let policy = Policy::default();
     let ctx = Context {
         view: &view,

@@ -14,7 +14,7 @@ free -h | head -2
 rustc --version
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== pure rule path: per-review percentiles (cargo bench --bench rule_latency)"
-cargo bench --locked --bench rule_latency -- 100000
+cargo bench --locked --bench rule_latency -- 20000
 echo "== pure rule path: criterion (cargo bench --bench rules)"
 cargo bench --locked --bench rules 2>&1 | grep -E '^[a-z_0-9]+/[a-z_]+|time:'
 bash scripts/load.sh startup

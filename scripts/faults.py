@@ -89,8 +89,10 @@ def slowloris(addr, probe_body, pid, n, seconds):
         except OSError:
             break
     for _ in range(n // 4):
+        if time.monotonic() > stop - seconds / 2:
+            break  # slots are full: handshakes wait for the idle peers to time out
         try:
-            s = tls_context().wrap_socket(socket.create_connection((host, port), timeout=5), server_hostname="localhost")
+            s = tls_context().wrap_socket(socket.create_connection((host, port), timeout=1), server_hostname="localhost")
             s.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n")  # never finished
             tls_held.append(s)
         except OSError:
@@ -118,6 +120,7 @@ def slowloris(addr, probe_body, pid, n, seconds):
             closed += 1
         s.close()
     latencies.sort()
+    latencies = latencies or [0.0]
     after, took_after = post(addr, "/validate", probe_body)
     return {"idle_tcp": len(held), "partial_headers": len(tls_held),
             "closed_by_server": closed, "probe_statuses": statuses,

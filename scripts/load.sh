@@ -219,17 +219,17 @@ faults() {
     --handshake-timeout 2s --request-timeout 5s
   echo "idle at start: $(python3 scripts/faults.py rss "$serve_pid")"
   echo "-- 1000 idle TCP connections + 250 TLS connections with unfinished headers, 10 s; a client keeps asking"
-  python3 scripts/faults.py slowloris "$serve_addr" "$pvc_update" "$serve_pid" 1000 10
+  python3 scripts/faults.py slowloris "$serve_addr" "$pvc_update" "$serve_pid" 1000 10 || echo "FAIL: faults.py slowloris"
   echo "-- deeply nested and huge JSON (fresh connection each; best and worst of 5)"
-  python3 scripts/faults.py nested "$serve_addr"
+  python3 scripts/faults.py nested "$serve_addr" || echo "FAIL: faults.py nested"
   echo "-- flood of oversized bodies (4 MiB, Content-Length declared), 64 connections, 10 s"
   head -c $((4 * 1024 * 1024)) /dev/zero | tr '\0' ' ' > "$work/4m.json"
   oha_run faults-oversized-declared "https://$serve_addr/mutate" "$work/4m.json" -z 10s -c 64
   echo "after: $(python3 scripts/faults.py rss "$serve_pid")"
   echo "-- flood of chunked 4 MiB uploads (no Content-Length), 64 clients, 10 s"
-  python3 scripts/faults.py chunked "$serve_addr" "$serve_pid" 64 4 10
+  python3 scripts/faults.py chunked "$serve_addr" "$serve_pid" 64 4 10 || echo "FAIL: faults.py chunked"
   echo "-- flood of chunked 2 MiB uploads (under the cap, not JSON: read whole, then 400), 128 clients, 10 s"
-  python3 scripts/faults.py chunked "$serve_addr" "$serve_pid" 128 2 10
+  python3 scripts/faults.py chunked "$serve_addr" "$serve_pid" 128 2 10 || echo "FAIL: faults.py chunked"
   echo "-- still serving: "
   oha_run faults-after "https://$serve_addr/validate" "$pvc_update" -n 2000 -c 8
   stop "$serve_pid"

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
 use stateful_admission::admission::offline::{self, Phases};
 use stateful_admission::admission::{Context, Phase, Policy};
 use stateful_admission::certs::{self, rotation::Lifetimes, self_managed::SelfManagedConfig};
@@ -16,6 +17,12 @@ use stateful_admission::controller::max_unavailable::{self, GateMode};
 use stateful_admission::controller::{ControllerConfig, Features};
 use stateful_admission::server::{ListenerLimits, ServeConfig, Server, StateSource, TlsSource};
 use stateful_admission::telemetry::{self, LogFormat};
+
+// jemalloc: glibc malloc slowed request parsing 2-3x next to a large cached cluster view and
+// kept freed startup memory resident (BENCHMARKS.md, "Allocator").
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser)]
 #[command(

@@ -11,6 +11,10 @@ use serde_json::Value;
 use stateful_admission::admission::{self, Context, Phase, Verdict, offline};
 use stateful_admission::cluster::ClusterView;
 
+// The allocator of the production binary (src/main.rs), so that the numbers are its numbers.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// One review as the apiserver sends it, and the endpoint it goes to.
 pub struct Scenario {
     pub name: &'static str,
