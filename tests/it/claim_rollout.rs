@@ -408,7 +408,7 @@ async fn incompatible_claims_are_left_alone_with_a_warning_on_set_and_claim() {
     );
     // The compatible claims of web are patched (budget 3, one unit taken by the blocked claim).
     assert!(
-        eventually(Duration::from_secs(5), || claim_patches(&api.writes())
+        eventually(Duration::from_secs(15), || claim_patches(&api.writes())
             .len()
             == 2)
         .await,

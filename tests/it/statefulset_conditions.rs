@@ -104,7 +104,7 @@ async fn expect_condition(
     status: &str,
     reason: &str,
 ) -> String {
-    let ok = eventually(Duration::from_secs(5), || {
+    let ok = eventually(Duration::from_secs(15), || {
         condition(api, name, type_).is_some_and(|(s, r, _)| s == status && r == reason)
     })
     .await;
@@ -209,7 +209,7 @@ async fn a_rollout_that_completes() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     api.clear_requests();
     let restarted = RunningController::start(&api, settings(Duration::from_millis(300)));
-    assert!(eventually(Duration::from_secs(5), || restarted.is_leader()).await);
+    assert!(eventually(Duration::from_secs(15), || restarted.is_leader()).await);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(object_writes(&api), Vec::<String>::new());
     restarted.stop().await;
