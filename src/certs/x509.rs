@@ -1,11 +1,12 @@
 //! The few facts the rotation planner needs from a certificate — validity, subject and issuer
-//! names, DNS names — read with a small DER walker (RFC 5280 §4.1), so that no X.509 parser
-//! joins the dependency tree. Input comes from a Secret that anyone with write access could
-//! have filled, so every read is bounds-checked and malformed input is an error, never a panic.
+//! names, DNS names — read with x509-parser. Input comes from a Secret that anyone with write
+//! access could have filled, so malformed input is an error, never a panic.
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use time::{Date, Month, OffsetDateTime, PrimitiveDateTime, Time};
+use time::OffsetDateTime;
+use x509_parser::extensions::GeneralName;
+use x509_parser::prelude::{FromDer, X509Certificate};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum X509Error {
@@ -14,7 +15,7 @@ pub enum X509Error {
     #[error("not a PEM certificate: {0}")]
     Pem(String),
     #[error("malformed certificate: {0}")]
-    Der(&'static str),
+    Der(String),
 }
 
 /// What the planner reads from one certificate.
@@ -56,211 +57,38 @@ pub fn parse_pem(pem: &[u8]) -> Result<CertInfo, X509Error> {
         .ok_or(X509Error::NoCertificate)
 }
 
-const SEQUENCE: u8 = 0x30;
-const UTC_TIME: u8 = 0x17;
-const GENERALIZED_TIME: u8 = 0x18;
-const OBJECT_ID: u8 = 0x06;
-const OCTET_STRING: u8 = 0x04;
-const BOOLEAN: u8 = 0x01;
-const SET: u8 = 0x31;
-/// `[0] EXPLICIT` version and `[3] EXPLICIT` extensions of TBSCertificate.
-const CONTEXT_0: u8 = 0xa0;
-const CONTEXT_3: u8 = 0xa3;
-/// `dNSName [2] IA5String` inside GeneralNames (implicit, primitive).
-const DNS_NAME: u8 = 0x82;
-const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
-const OID_SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
-
-/// One DER element: tag, content, and its full encoding.
-struct Tlv<'a> {
-    tag: u8,
-    content: &'a [u8],
-    whole: &'a [u8],
-}
-
-/// Reads the elements of a constructed value one after another.
-struct Reader<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Self { rest: bytes }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.rest.is_empty()
-    }
-
-    fn peek_tag(&self) -> Option<u8> {
-        self.rest.first().copied()
-    }
-
-    fn next(&mut self) -> Result<Tlv<'a>, X509Error> {
-        let bytes = self.rest;
-        let tag = *bytes.first().ok_or(X509Error::Der("truncated tag"))?;
-        if tag & 0x1f == 0x1f {
-            return Err(X509Error::Der(
-                "multi-byte tags are not used in certificates",
-            ));
-        }
-        let first = *bytes.get(1).ok_or(X509Error::Der("truncated length"))?;
-        let (len, header) = if first < 0x80 {
-            (usize::from(first), 2)
-        } else {
-            let count = usize::from(first & 0x7f);
-            if count == 0 || count > 4 {
-                return Err(X509Error::Der("unsupported length encoding"));
-            }
-            let digits = bytes
-                .get(2..2 + count)
-                .ok_or(X509Error::Der("truncated length"))?;
-            let len = digits
+/// One DER certificate.
+pub fn parse_der(der: &[u8]) -> Result<CertInfo, X509Error> {
+    let (_, cert) = X509Certificate::from_der(der).map_err(|e| X509Error::Der(e.to_string()))?;
+    let validity = cert.validity();
+    let common_name = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_owned);
+    let dns_names = cert
+        .subject_alternative_name()
+        .map_err(|e| X509Error::Der(e.to_string()))?
+        .map(|san| {
+            san.value
+                .general_names
                 .iter()
-                .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
-            (len, 2 + count)
-        };
-        let end = header
-            .checked_add(len)
-            .ok_or(X509Error::Der("length overflows"))?;
-        let whole = bytes.get(..end).ok_or(X509Error::Der("truncated value"))?;
-        let content = whole
-            .get(header..)
-            .ok_or(X509Error::Der("truncated value"))?;
-        self.rest = bytes.get(end..).unwrap_or_default();
-        Ok(Tlv {
-            tag,
-            content,
-            whole,
+                .filter_map(|name| match name {
+                    GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+                    _ => None,
+                })
+                .collect()
         })
-    }
-
-    fn expect(&mut self, tag: u8, what: &'static str) -> Result<Tlv<'a>, X509Error> {
-        let tlv = self.next()?;
-        if tlv.tag == tag {
-            Ok(tlv)
-        } else {
-            Err(X509Error::Der(what))
-        }
-    }
-}
-
-fn parse_der(der: &[u8]) -> Result<CertInfo, X509Error> {
-    let certificate = Reader::new(der).expect(SEQUENCE, "certificate is not a SEQUENCE")?;
-    let tbs = Reader::new(certificate.content).expect(SEQUENCE, "tbsCertificate missing")?;
-    let mut fields = Reader::new(tbs.content);
-    if fields.peek_tag() == Some(CONTEXT_0) {
-        fields.next()?;
-    }
-    fields.next()?; // serialNumber
-    fields.expect(SEQUENCE, "signature algorithm missing")?;
-    let issuer = fields.expect(SEQUENCE, "issuer missing")?;
-    let validity = fields.expect(SEQUENCE, "validity missing")?;
-    let subject = fields.expect(SEQUENCE, "subject missing")?;
-    fields.expect(SEQUENCE, "subjectPublicKeyInfo missing")?;
-    let mut dns_names = Vec::new();
-    while !fields.is_empty() {
-        let field = fields.next()?;
-        if field.tag == CONTEXT_3 {
-            dns_names = subject_alt_dns_names(field.content)?;
-        }
-    }
-    let mut times = Reader::new(validity.content);
-    let not_before = parse_time(&times.next()?)?;
-    let not_after = parse_time(&times.next()?)?;
+        .unwrap_or_default();
     Ok(CertInfo {
-        not_before,
-        not_after,
-        subject: subject.whole.to_vec(),
-        issuer: issuer.whole.to_vec(),
-        common_name: common_name(subject.content)?,
+        not_before: validity.not_before.to_datetime(),
+        not_after: validity.not_after.to_datetime(),
+        subject: cert.subject().as_raw().to_vec(),
+        issuer: cert.issuer().as_raw().to_vec(),
+        common_name,
         dns_names,
     })
-}
-
-/// `Name ::= SEQUENCE OF SET OF AttributeTypeAndValue`; the first CN wins.
-fn common_name(name: &[u8]) -> Result<Option<String>, X509Error> {
-    let mut rdns = Reader::new(name);
-    while !rdns.is_empty() {
-        let rdn = rdns.expect(SET, "name component is not a SET")?;
-        let mut attributes = Reader::new(rdn.content);
-        while !attributes.is_empty() {
-            let attribute = attributes.expect(SEQUENCE, "attribute is not a SEQUENCE")?;
-            let mut parts = Reader::new(attribute.content);
-            let oid = parts.expect(OBJECT_ID, "attribute type missing")?;
-            let value = parts.next()?;
-            if oid.content == OID_COMMON_NAME {
-                return Ok(Some(String::from_utf8_lossy(value.content).into_owned()));
-            }
-        }
-    }
-    Ok(None)
-}
-
-fn subject_alt_dns_names(explicit_extensions: &[u8]) -> Result<Vec<String>, X509Error> {
-    let extensions = Reader::new(explicit_extensions).expect(SEQUENCE, "extensions missing")?;
-    let mut list = Reader::new(extensions.content);
-    while !list.is_empty() {
-        let extension = list.expect(SEQUENCE, "extension is not a SEQUENCE")?;
-        let mut parts = Reader::new(extension.content);
-        let oid = parts.expect(OBJECT_ID, "extension id missing")?;
-        if parts.peek_tag() == Some(BOOLEAN) {
-            parts.next()?;
-        }
-        let value = parts.expect(OCTET_STRING, "extension value missing")?;
-        if oid.content != OID_SUBJECT_ALT_NAME {
-            continue;
-        }
-        let names = Reader::new(value.content).expect(SEQUENCE, "GeneralNames missing")?;
-        let mut general = Reader::new(names.content);
-        let mut dns = Vec::new();
-        while !general.is_empty() {
-            let name = general.next()?;
-            if name.tag == DNS_NAME {
-                dns.push(String::from_utf8_lossy(name.content).into_owned());
-            }
-        }
-        return Ok(dns);
-    }
-    Ok(Vec::new())
-}
-
-/// UTCTime `YYMMDDHHMMSSZ` (years 1950–2049, RFC 5280 §4.1.2.5.1) or GeneralizedTime
-/// `YYYYMMDDHHMMSSZ`.
-fn parse_time(tlv: &Tlv<'_>) -> Result<OffsetDateTime, X509Error> {
-    let text = std::str::from_utf8(tlv.content).map_err(|_| X509Error::Der("time is not ASCII"))?;
-    let digits = text
-        .strip_suffix('Z')
-        .ok_or(X509Error::Der("time is not in UTC"))?;
-    // Digits only, so that the byte slicing below stays on character boundaries.
-    if !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(X509Error::Der("time field is not a number"));
-    }
-    let (year, rest) = match tlv.tag {
-        UTC_TIME if digits.len() == 12 => {
-            let yy = number(&digits[..2])?;
-            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &digits[2..])
-        }
-        GENERALIZED_TIME if digits.len() == 14 => (number(&digits[..4])?, &digits[4..]),
-        _ => return Err(X509Error::Der("unsupported time encoding")),
-    };
-    let field = |i: usize| number(&rest[i..i + 2]);
-    let month = u8::try_from(field(0)?)
-        .ok()
-        .and_then(|m| Month::try_from(m).ok())
-        .ok_or(X509Error::Der("bad month"))?;
-    let small = |v: i32| u8::try_from(v).map_err(|_| X509Error::Der("bad time field"));
-    let date = Date::from_calendar_date(year, month, small(field(2)?)?)
-        .map_err(|_| X509Error::Der("bad date"))?;
-    let time = Time::from_hms(small(field(4)?)?, small(field(6)?)?, small(field(8)?)?)
-        .map_err(|_| X509Error::Der("bad time of day"))?;
-    Ok(PrimitiveDateTime::new(date, time).assume_utc())
-}
-
-fn number(digits: &str) -> Result<i32, X509Error> {
-    digits
-        .parse()
-        .map_err(|_| X509Error::Der("time field is not a number"))
 }
 
 #[cfg(test)]
