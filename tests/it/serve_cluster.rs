@@ -41,9 +41,23 @@ async fn serve_reads_the_cluster_and_runs_the_controller_under_a_lease() {
         ],
         &[("KUBECONFIG", config.to_str().expect("path"))],
     );
+    // Polled from this runtime without blocking it: the fake API server runs on it too.
+    let ready_url = served.probe_url("/readyz");
+    let mut ready = false;
+    for _ in 0..300 {
+        if reqwest::get(&ready_url)
+            .await
+            .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(
-        eventually(Duration::from_secs(30), || served.probe("/readyz") == 200).await,
-        "ready once the view synced"
+        ready,
+        "ready once the view synced; server log:\n{}",
+        served.logs().join("\n")
     );
     let holder = || {
         api.get::<Lease>("stateful-admission", "stateful-admission-controller")
