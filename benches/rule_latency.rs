@@ -24,7 +24,10 @@ fn percentiles(mut samples: Vec<Duration>) -> [Duration; 5] {
     ]
 }
 
-fn time(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
+/// A phase to time: its name and one call of it.
+type Row<'a> = (&'static str, Box<dyn Fn() + 'a>);
+
+fn time(n: usize, f: impl Fn()) -> Vec<Duration> {
     for _ in 0..n / 20 + 100 {
         f();
     }
@@ -56,50 +59,60 @@ fn main() {
     };
     println!("samples per row: {n}; view: {:?}", view.counts());
     println!(
-        "{:<32} {:<15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
+        "{:<32} {:<17} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
         "scenario", "phase", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "max µs", "bytes"
     );
-    for s in support::scenarios() {
-        let raw = support::parse(&s.body);
-        let req = support::decode(&raw);
+    // `RULE_LATENCY_ONLY=<scenario>[:<phase>]` times one scenario (or one phase), for profiling.
+    let only = std::env::var("RULE_LATENCY_ONLY").unwrap_or_default();
+    let (only_scenario, only_phase) = only.split_once(':').unwrap_or((&only, ""));
+    for s in support::scenarios()
+        .into_iter()
+        .filter(|s| only_scenario.is_empty() || s.name == only_scenario)
+    {
+        let req = support::decode(&s.body);
         let verdict = support::evaluate(s.phase, &req, &ctx);
-        let rows: Vec<(&str, Vec<Duration>)> = vec![
+        let (body, phase) = (&s.body, s.phase);
+        let rows: Vec<Row<'_>> = vec![
             (
                 "total",
-                time(n, || {
-                    black_box(support::review(s.phase, black_box(&s.body), &ctx));
-                }),
-            ),
-            (
-                "parse",
-                time(n, || {
-                    black_box(support::parse(black_box(&s.body)));
+                Box::new(|| {
+                    black_box(support::review(phase, black_box(body), &ctx));
                 }),
             ),
             (
                 "decode",
-                time(n, || {
-                    black_box(support::decode(black_box(&raw)));
+                Box::new(|| {
+                    black_box(support::decode(black_box(body)));
+                }),
+            ),
+            (
+                "decode_via_value",
+                Box::new(|| {
+                    black_box(support::decode_via_value(black_box(body)));
                 }),
             ),
             (
                 "evaluate",
-                time(n, || {
-                    black_box(support::evaluate(s.phase, black_box(&req), &ctx));
+                Box::new(|| {
+                    black_box(support::evaluate(phase, black_box(&req), &ctx));
                 }),
             ),
             (
                 "respond_encode",
-                time(n, || {
+                Box::new(|| {
                     black_box(support::respond_encode(&req, black_box(verdict.clone())));
                 }),
             ),
         ];
-        for (phase, samples) in rows {
+        for (phase, run) in rows
+            .into_iter()
+            .filter(|(p, _)| only_phase.is_empty() || *p == only_phase)
+        {
+            let samples = time(n, run);
             let [p50, p90, p99, p999, max] = percentiles(samples);
             let us = |d: Duration| d.as_secs_f64() * 1e6;
             println!(
-                "{:<32} {:<15} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7}",
+                "{:<32} {:<17} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7}",
                 s.name,
                 phase,
                 us(p50),

@@ -22,10 +22,11 @@ fn rules(c: &mut Criterion) {
         group.bench_function("total", |b| {
             b.iter(|| support::review(s.phase, black_box(&s.body), &ctx))
         });
-        group.bench_function("parse", |b| b.iter(|| support::parse(black_box(&s.body))));
-        let raw = support::parse(&s.body);
-        group.bench_function("decode", |b| b.iter(|| support::decode(black_box(&raw))));
-        let req = support::decode(&raw);
+        group.bench_function("decode", |b| b.iter(|| support::decode(black_box(&s.body))));
+        group.bench_function("decode_via_value", |b| {
+            b.iter(|| support::decode_via_value(black_box(&s.body)))
+        });
+        let req = support::decode(&s.body);
         group.bench_function("evaluate", |b| {
             b.iter(|| support::evaluate(s.phase, black_box(&req), &ctx))
         });

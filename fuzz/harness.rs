@@ -8,16 +8,21 @@
 //! - a patch of an allowed mutation applies to the request's own object, and the patched
 //!   object still decodes (the offline mutate → patch → validate path succeeds);
 //! - a StatefulSet mutation run again on its own output asks for no further change;
-//! - a quantity that parses prints to a string that parses to the same quantity.
+//! - a quantity that parses prints to a string that parses to the same quantity;
+//! - the server's one-pass decoder (`admission::wire`) reads a review as kube's derived decoder
+//!   does, but for what it skips by design (managedFields of objects other than claims).
 //!
 //! Allocation is bounded by the fuzzer (`-rss_limit_mb`, `-malloc_limit_mb` in scripts/fuzz.sh).
 
 use std::sync::OnceLock;
 
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
+use serde::Deserialize;
 use serde_json::Value;
 use stateful_admission::admission::builder::ReviewBuilder;
 use stateful_admission::admission::offline::{self, BadReview, Phases};
-use stateful_admission::admission::{self, Context, Phase, Policy};
+use stateful_admission::admission::{self, Context, Phase, Policy, wire};
 use stateful_admission::cluster::{ClusterView, state_file};
 use stateful_admission::quantity::Quantity;
 
@@ -62,10 +67,48 @@ fn fixture_view() -> &'static ClusterView {
 
 /// A whole AdmissionReview body, as POSTed to `/mutate` and `/validate`.
 pub fn review_body(data: &[u8]) {
+    let ours = wire::decode_review(data);
     let Ok(raw) = serde_json::from_slice::<Value>(data) else {
+        assert!(ours.is_err(), "a body that is not JSON decoded");
         return;
     };
+    if let Ok(ours) = ours {
+        decoders_agree(&raw, ours);
+    }
     check_review(&raw, fixture_view());
+}
+
+fn decoders_agree(raw: &Value, ours: AdmissionRequest<DynamicObject>) {
+    let Ok(review) = AdmissionReview::<DynamicObject>::deserialize(raw) else {
+        return;
+    };
+    let Ok(theirs): Result<AdmissionRequest<DynamicObject>, _> = review.try_into() else {
+        panic!("decoded a review kube finds without a request");
+    };
+    let claims =
+        theirs.resource.group.is_empty() && theirs.resource.resource == "persistentvolumeclaims";
+    let plain = |mut r: AdmissionRequest<DynamicObject>, strip: bool| {
+        for o in [r.object.as_mut(), r.old_object.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if strip {
+                o.metadata.managed_fields = None;
+            }
+            // kube keeps one or the other of two type fields that are not both strings,
+            // depending on key order; the wire decoder keeps neither.
+            if let Some(data) = o.data.as_object_mut() {
+                data.remove("apiVersion");
+                data.remove("kind");
+            }
+        }
+        (r.types.clone(), serde_json::to_value(&r).ok())
+    };
+    assert_eq!(
+        plain(ours, false),
+        plain(theirs, !claims),
+        "the wire decoder disagrees with kube's"
+    );
 }
 
 /// One rule with a fuzzed object: `data[0]` picks kind, operation and phase; the rest is the

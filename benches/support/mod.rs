@@ -7,8 +7,9 @@ pub mod state;
 
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
+use serde::Deserialize;
 use serde_json::Value;
-use stateful_admission::admission::{self, Context, Phase, Verdict, offline};
+use stateful_admission::admission::{self, Context, Phase, Verdict, wire};
 use stateful_admission::cluster::ClusterView;
 
 // The allocator of the production binary (src/main.rs), so that the numbers are its numbers.
@@ -63,12 +64,18 @@ pub fn issue_view() -> ClusterView {
 }
 
 /// The phases of `routes::handle` after the body is read, kept apart so each can be timed.
-pub fn parse(body: &[u8]) -> Value {
-    serde_json::from_slice(body).expect("benchmark reviews are JSON")
+pub fn decode(body: &[u8]) -> AdmissionRequest<DynamicObject> {
+    wire::decode_review(body).expect("benchmark reviews decode")
 }
 
-pub fn decode(raw: &Value) -> AdmissionRequest<DynamicObject> {
-    offline::decode_request(raw).expect("benchmark reviews decode")
+/// What the server did before `wire`: bytes → `Value` → kube's derived decoder (kept to
+/// report before and after).
+pub fn decode_via_value(body: &[u8]) -> AdmissionRequest<DynamicObject> {
+    let raw: Value = serde_json::from_slice(body).expect("benchmark reviews are JSON");
+    kube::core::admission::AdmissionReview::<DynamicObject>::deserialize(&raw)
+        .expect("benchmark reviews decode")
+        .try_into()
+        .expect("benchmark reviews have a request")
 }
 
 pub fn evaluate(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context<'_>) -> Verdict {
@@ -80,11 +87,9 @@ pub fn respond_encode(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -
         .expect("responses encode")
 }
 
-/// The whole pure path, as the handler runs it: parse, decode, evaluate, respond, encode.
+/// The whole pure path, as the handler runs it: decode, evaluate, respond, encode.
 pub fn review(phase: Phase, body: &[u8], ctx: &Context<'_>) -> Vec<u8> {
-    let raw = parse(body);
-    let req = decode(&raw);
-    drop(raw);
+    let req = decode(body);
     let verdict = evaluate(phase, &req, ctx);
     respond_encode(&req, verdict)
 }

@@ -8,6 +8,7 @@ pub mod field;
 pub mod offline;
 pub mod set_claims;
 pub mod statefulset;
+pub mod wire;
 
 use json_patch::PatchOperation;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
@@ -215,21 +216,34 @@ pub fn encode_review(
     mut review: kube::core::admission::AdmissionReview<DynamicObject>,
 ) -> serde_json::Result<Vec<u8>> {
     use base64::Engine as _;
-    let patch = review.response.as_mut().and_then(|r| r.patch.take());
-    let Some(patch) = patch else {
+
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Encoded<'a> {
+        api_version: &'a str,
+        kind: &'a str,
+        response: EncodedResponse<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct EncodedResponse<'a> {
+        #[serde(flatten)]
+        response: &'a AdmissionResponse,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        patch: Option<String>,
+    }
+
+    let Some(response) = review.response.as_mut() else {
         return serde_json::to_vec(&review);
     };
-    let mut value = serde_json::to_value(&review)?;
-    if let Some(response) = value
-        .get_mut("response")
-        .and_then(serde_json::Value::as_object_mut)
-    {
-        response.insert(
-            "patch".to_owned(),
-            serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(patch)),
-        );
-    }
-    serde_json::to_vec(&value)
+    let patch = response
+        .patch
+        .take()
+        .map(|p| base64::engine::general_purpose::STANDARD.encode(p));
+    serde_json::to_vec(&Encoded {
+        api_version: &review.types.api_version,
+        kind: &review.types.kind,
+        response: EncodedResponse { response, patch },
+    })
 }
 
 /// Renders a verdict as the AdmissionResponse for `req`; the uid is always the request's.

@@ -4,11 +4,10 @@
 //! up with.
 
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionReview};
-use serde::Deserialize;
+use kube::core::admission::AdmissionRequest;
 use serde_json::Value;
 
-use super::{Context, Phase, Verdict, evaluate, respond};
+use super::{Context, Phase, Verdict, evaluate, respond, wire};
 
 /// Which webhooks to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,31 +41,17 @@ pub struct Outcome {
     pub object: Option<Value>,
 }
 
-/// Decodes an AdmissionReview body that must carry a `request`.
+/// Decodes an AdmissionReview held as a JSON value (the builder, tests, the fuzz harness);
+/// the server decodes bytes with [`wire::decode_review`].
 pub fn decode_request(raw: &Value) -> Result<AdmissionRequest<DynamicObject>, BadReview> {
-    if !raw.get("request").is_some_and(Value::is_object) {
-        return Err(BadReview::NoRequest);
-    }
-    // Rules patch paths under `/metadata`; an object without it (never sent by the apiserver,
-    // but `DynamicObject` would default it) would get a patch that cannot apply.
-    for field in ["object", "oldObject"] {
-        let object = raw.pointer(&format!("/request/{field}"));
-        if object.is_some_and(|o| !o.is_null() && !o.get("metadata").is_some_and(Value::is_object))
-        {
-            return Err(BadReview::Decode(format!(
-                "request.{field}: metadata must be an object"
-            )));
-        }
-    }
-    let review = AdmissionReview::<DynamicObject>::deserialize(raw)
-        .map_err(|e| BadReview::Decode(e.to_string()))?;
-    review.try_into().map_err(|_| BadReview::NoRequest)
+    let body = serde_json::to_vec(raw).map_err(|e| BadReview::NotJson(e.to_string()))?;
+    wire::decode_review(&body).map_err(|e| e.error)
 }
 
 /// Evaluates one AdmissionReview body.
 pub fn review(raw: &[u8], phases: Phases, ctx: &Context<'_>) -> Result<Outcome, BadReview> {
+    let req = wire::decode_review(raw).map_err(|e| e.error)?;
     let raw: Value = serde_json::from_slice(raw).map_err(|e| BadReview::NotJson(e.to_string()))?;
-    let req = decode_request(&raw)?;
     let object = raw.pointer("/request/object").filter(|o| !o.is_null());
 
     let (verdict, object) = match phases {
@@ -122,7 +107,7 @@ fn with_object(
     let mut next = req.clone();
     if let Some(object) = object {
         next.object =
-            Some(DynamicObject::deserialize(object).map_err(|e| BadReview::Patch(e.to_string()))?);
+            Some(wire::object_from_value(object, &req.resource).map_err(BadReview::Patch)?);
     }
     Ok(next)
 }

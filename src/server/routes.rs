@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tracing::{Instrument, field};
 
 use super::metrics::{Metrics, ReviewLabels};
-use crate::admission::{self, Context, Phase, Policy, offline};
+use crate::admission::{self, Context, Phase, Policy, offline, wire};
 use crate::cluster::ClusterView;
 use crate::controller::max_unavailable::GateCell;
 use kube::core::DynamicObject;
@@ -177,22 +177,17 @@ async fn handle(phase: Phase, state: &AdmissionState, headers: &HeaderMap, body:
     };
 
     let started = Instant::now();
-    let raw: Value = match serde_json::from_slice(&bytes) {
-        Ok(raw) => raw,
+    let req = match wire::decode_review(&bytes) {
+        Ok(req) => req,
         Err(e) => {
-            return reject(
-                StatusCode::BAD_REQUEST,
-                &format!("malformed JSON: {e}"),
-                None,
-            );
+            let message = match e.error {
+                offline::BadReview::NotJson(e) => format!("malformed JSON: {e}"),
+                other => other.to_string(),
+            };
+            return reject(StatusCode::BAD_REQUEST, &message, e.uid.as_deref());
         }
     };
-    let uid = raw.pointer("/request/uid").and_then(Value::as_str);
-    let req = match offline::decode_request(&raw) {
-        Ok(req) => req,
-        Err(e) => return reject(StatusCode::BAD_REQUEST, &e.to_string(), uid),
-    };
-    drop(raw);
+    drop(bytes);
 
     let span = tracing::info_span!(
         "review",

@@ -225,10 +225,11 @@ fn clean(v: &Value) -> Option<Value> {
     }
 }
 
-fn object(v: Option<&Value>) -> Map<String, Value> {
+fn object(v: Option<&Value>) -> &Map<String, Value> {
+    static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
     match v {
-        Some(Value::Object(m)) => m.clone(),
-        _ => Map::new(),
+        Some(Value::Object(m)) => m,
+        _ => &EMPTY,
     }
 }
 
@@ -280,7 +281,7 @@ fn diff_template(old: &Value, new: &Value) -> (Vec<Change>, Vec<Offence>) {
     let mut changes = Vec::new();
     let mut offences = Vec::new();
     let (old_top, new_top) = (object(Some(&old)), object(Some(&new)));
-    for key in union(&old_top, &new_top) {
+    for key in union(old_top, new_top) {
         match key.as_str() {
             "metadata" | "spec" => {}
             _ if old_top.get(key) != new_top.get(key) => {
@@ -291,7 +292,7 @@ fn diff_template(old: &Value, new: &Value) -> (Vec<Change>, Vec<Offence>) {
     }
 
     let (om, nm) = (object(old.get("metadata")), object(new.get("metadata")));
-    for key in union(&om, &nm) {
+    for key in union(om, nm) {
         if om.get(key) == nm.get(key) {
             continue;
         }
@@ -303,16 +304,23 @@ fn diff_template(old: &Value, new: &Value) -> (Vec<Change>, Vec<Offence>) {
         }
     }
 
-    let (mut os, mut ns) = (object(old.get("spec")), object(new.get("spec")));
+    let (os, ns) = (object(old.get("spec")), object(new.get("spec")));
     // core/v1 defaulting: SetDefaults_PersistentVolumeClaimSpec.
-    for spec in [&mut os, &mut ns] {
-        spec.entry("volumeMode")
-            .or_insert_with(|| Value::from("Filesystem"));
+    static FILESYSTEM: std::sync::LazyLock<Value> =
+        std::sync::LazyLock::new(|| Value::from("Filesystem"));
+    fn field<'a>(spec: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+        spec.get(key)
+            .or_else(|| (key == "volumeMode").then(|| &*FILESYSTEM))
     }
-    for key in union(&os, &ns) {
-        let (a, b) = (os.get(key), ns.get(key));
+    let volume_mode = "volumeMode".to_owned();
+    let mut keys = union(os, ns);
+    if let Err(at) = keys.binary_search(&&volume_mode) {
+        keys.insert(at, &volume_mode);
+    }
+    for key in keys {
+        let (a, b) = (field(os, key), field(ns, key));
         match key.as_str() {
-            "resources" => diff_resources(&object(a), &object(b), &mut changes, &mut offences),
+            "resources" => diff_resources(object(a), object(b), &mut changes, &mut offences),
             _ if a == b => {}
             "volumeAttributesClassName" => changes.push(Change::VolumeAttributesClass {
                 old: a.and_then(Value::as_str).map(str::to_owned),
@@ -334,7 +342,7 @@ fn diff_resources(
         match key.as_str() {
             "requests" | "limits" => {
                 let (a, b) = (object(old.get(key)), object(new.get(key)));
-                for name in union(&a, &b) {
+                for name in union(a, b) {
                     let path = format!("spec.resources.{key}[{name}]");
                     match quantity_diff(a.get(name), b.get(name), &path) {
                         Err(offence) => offences.push(offence),
