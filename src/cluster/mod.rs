@@ -2,6 +2,10 @@
 //! StatefulSets and PersistentVolumeClaims. Two sources fill it — kube reflectors
 //! ([`watch`]) or a `--state` file ([`state_file`]) — and the rules cannot tell them apart.
 //! Lookups are in-memory; the admission path never calls the API.
+//!
+//! Both sources pass every object through [`trim`] on the way in: managedFields are dropped
+//! from all kinds, and a StatefulSet keeps only what its readers use (see
+//! [`trim_stateful_set`]); the pod template alone is most of a set.
 
 pub mod state_file;
 pub mod watch;
@@ -56,11 +60,12 @@ impl ClusterWriters {
     pub fn replace_all(&mut self, objects: ClusterObjects) {
         fn load<K>(writer: &mut Writer<K>, items: Vec<K>)
         where
-            K: kube::Resource + Clone + 'static,
+            K: Trim + kube::Resource + Clone + 'static,
             K::DynamicType: Eq + std::hash::Hash + Clone,
         {
             writer.apply_watcher_event(&watcher::Event::Init);
-            for item in items {
+            for mut item in items {
+                trim(&mut item);
                 writer.apply_watcher_event(&watcher::Event::InitApply(item));
             }
             writer.apply_watcher_event(&watcher::Event::InitDone);
@@ -76,6 +81,80 @@ impl Default for ClusterWriters {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// What the view keeps of an object of its kind.
+pub trait Trim {
+    fn trim(&mut self);
+}
+
+/// Drops what no reader of the view uses, before an object is cached.
+pub fn trim<K: Trim>(object: &mut K) {
+    object.trim();
+}
+
+impl Trim for StorageClass {
+    fn trim(&mut self) {
+        self.metadata.managed_fields = None;
+    }
+}
+
+impl Trim for Namespace {
+    fn trim(&mut self) {
+        self.metadata.managed_fields = None;
+    }
+}
+
+impl Trim for PersistentVolumeClaim {
+    /// Claims are read whole (the claim controller compares labels, annotations, spec and
+    /// status with the templates), so only managedFields go.
+    fn trim(&mut self) {
+        self.metadata.managed_fields = None;
+    }
+}
+
+impl Trim for StatefulSet {
+    fn trim(&mut self) {
+        trim_stateful_set(self);
+    }
+}
+
+/// The view's readers of a StatefulSet are the claim rules (which set owns a claim name, the
+/// live and the desired templates: its claim templates and its `stateful-admission.io/`
+/// annotations) and the controller's existence checks (the controller keeps whole sets in its
+/// own cache). So a cached set keeps its identity (name, namespace, uid, resourceVersion,
+/// generation), the project's annotations, replicas, ordinals and its claim templates (without
+/// their status). Everything else (pod template, selector, strategy, status, other annotations
+/// and labels) is dropped.
+pub fn trim_stateful_set(set: &mut StatefulSet) {
+    let meta = &mut set.metadata;
+    meta.managed_fields = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.annotations = meta
+        .annotations
+        .take()
+        .map(|a| {
+            a.into_iter()
+                .filter(|(k, _)| k.starts_with(names::PREFIX))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+        .filter(|a| !a.is_empty());
+    let spec = std::mem::take(&mut set.spec);
+    set.spec = k8s_openapi::api::apps::v1::StatefulSetSpec {
+        replicas: spec.replicas,
+        ordinals: spec.ordinals,
+        service_name: spec.service_name,
+        volume_claim_templates: spec.volume_claim_templates.map(|mut templates| {
+            for t in &mut templates {
+                t.status = None;
+            }
+            templates
+        }),
+        ..Default::default()
+    };
+    set.status = None;
 }
 
 /// Objects of the four kinds, as loaded from a file or built in a test.
@@ -190,5 +269,49 @@ mod tests {
         assert!(view.namespace_ignored("off"));
         assert!(!view.namespace_ignored("on"));
         assert!(!view.namespace_ignored("absent"));
+    }
+
+    #[test]
+    fn a_cached_set_keeps_what_its_readers_use() {
+        let set = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {
+            "name": "db", "namespace": "team", "uid": "u-1", "resourceVersion": "7", "generation": 3,
+            "labels": {"app": "db"},
+            "annotations": {
+                "stateful-admission.io/desired-volume-claim-templates": "[]",
+                "stateful-admission.io/max-unavailable": "2",
+                "kubectl.kubernetes.io/last-applied-configuration": "{}"
+            },
+            "managedFields": [{"manager": "m", "operation": "Update"}]
+        }, "spec": {
+            "replicas": 3, "ordinals": {"start": 2}, "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "db", "image": "x"}]}},
+            "volumeClaimTemplates": [
+                {"metadata": {"name": "data", "labels": {"a": "b"}}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}},
+                {"metadata": {"name": "wal"}, "status": {"phase": "Pending"}}
+            ],
+            "updateStrategy": {"type": "OnDelete"}
+        }, "status": {"replicas": 3}});
+        let view = ClusterView::from_json(&[set]).expect("valid set");
+        let cached = view.stateful_set("team", "db").expect("cached");
+        let got = serde_json::to_value(&*cached).expect("json");
+        assert_eq!(
+            got,
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {
+                "name": "db", "namespace": "team", "uid": "u-1", "resourceVersion": "7", "generation": 3,
+                "annotations": {
+                    "stateful-admission.io/desired-volume-claim-templates": "[]",
+                    "stateful-admission.io/max-unavailable": "2"
+                }
+            }, "spec": {
+                "replicas": 3, "ordinals": {"start": 2}, "serviceName": "db",
+                "selector": {}, "template": {},
+                "volumeClaimTemplates": [
+                    {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "labels": {"a": "b"}},
+                     "spec": {"resources": {"requests": {"storage": "1Gi"}}}},
+                    {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "wal"}}
+                ]
+            }})
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! Fills a [`ClusterView`](super::ClusterView) from the API with one reflector per kind.
-//! managedFields are dropped on the way in: the rules never read them from cached objects,
-//! and they are often the largest part of an object.
+//! Objects are trimmed on the way in ([`super::trim`]): managedFields everywhere, and all a
+//! StatefulSet's readers do not use.
 
 use futures::{StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -39,13 +39,13 @@ pub fn from_cluster(client: Client) -> (ClusterView, BoxFuture<'static, ()>) {
 
 async fn run<K>(api: Api<K>, writer: Writer<K>)
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: super::Trim + Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(|obj: &mut K| obj.meta_mut().managed_fields = None);
+        .modify(super::trim::<K>);
     let mut stream = std::pin::pin!(reflector::reflector(writer, stream));
     while let Some(event) = stream.next().await {
         if let Err(error) = event {

@@ -274,17 +274,52 @@ fn quantity_diff(
     }
 }
 
-/// The allowed changes and the offences between two templates of the same name.
+/// `v` unless [`clean`] would drop it (null, an empty list, an object of such values).
+fn present(v: Option<&Value>) -> Option<&Value> {
+    v.filter(|v| match v {
+        Value::Null => false,
+        Value::Array(items) => !items.is_empty(),
+        Value::Object(map) => map.values().any(|v| present(Some(v)).is_some()),
+        _ => true,
+    })
+}
+
+/// Whether `clean(a) == clean(b)`, without building either.
+fn same(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (present(a), present(b)) {
+        (None, None) => true,
+        (Some(Value::Object(a)), Some(Value::Object(b))) => {
+            a.iter().all(|(k, v)| same(Some(v), b.get(k)))
+                && b.iter()
+                    .all(|(k, v)| a.contains_key(k) || present(Some(v)).is_none())
+        }
+        (Some(Value::Array(a)), Some(Value::Array(b))) => {
+            let mut a = a.iter().filter(|v| present(Some(v)).is_some());
+            let mut b = b.iter().filter(|v| present(Some(v)).is_some());
+            loop {
+                match (a.next(), b.next()) {
+                    (None, None) => return true,
+                    (Some(x), Some(y)) if same(Some(x), Some(y)) => {}
+                    _ => return false,
+                }
+            }
+        }
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// The allowed changes and the offences between two templates of the same name. Values are
+/// compared as [`clean_template`] leaves them (null and empty values are absent; what the
+/// apiserver sets or ignores is skipped), without copying either template.
 fn diff_template(old: &Value, new: &Value) -> (Vec<Change>, Vec<Offence>) {
-    let old = clean_template(old);
-    let new = clean_template(new);
     let mut changes = Vec::new();
     let mut offences = Vec::new();
-    let (old_top, new_top) = (object(Some(&old)), object(Some(&new)));
+    let (old_top, new_top) = (object(Some(old)), object(Some(new)));
     for key in union(old_top, new_top) {
         match key.as_str() {
-            "metadata" | "spec" => {}
-            _ if old_top.get(key) != new_top.get(key) => {
+            "metadata" | "spec" | "apiVersion" | "kind" | "status" => {}
+            _ if !same(old_top.get(key), new_top.get(key)) => {
                 offences.push(Offence::Forbidden(key.clone()));
             }
             _ => {}
@@ -293,7 +328,7 @@ fn diff_template(old: &Value, new: &Value) -> (Vec<Change>, Vec<Offence>) {
 
     let (om, nm) = (object(old.get("metadata")), object(new.get("metadata")));
     for key in union(om, nm) {
-        if om.get(key) == nm.get(key) {
+        if key == "creationTimestamp" || same(om.get(key), nm.get(key)) {
             continue;
         }
         match key.as_str() {
@@ -309,8 +344,7 @@ fn diff_template(old: &Value, new: &Value) -> (Vec<Change>, Vec<Offence>) {
     static FILESYSTEM: std::sync::LazyLock<Value> =
         std::sync::LazyLock::new(|| Value::from("Filesystem"));
     fn field<'a>(spec: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-        spec.get(key)
-            .or_else(|| (key == "volumeMode").then(|| &*FILESYSTEM))
+        present(spec.get(key)).or_else(|| (key == "volumeMode").then(|| &*FILESYSTEM))
     }
     let volume_mode = "volumeMode".to_owned();
     let mut keys = union(os, ns);
@@ -321,7 +355,7 @@ fn diff_template(old: &Value, new: &Value) -> (Vec<Change>, Vec<Offence>) {
         let (a, b) = (field(os, key), field(ns, key));
         match key.as_str() {
             "resources" => diff_resources(object(a), object(b), &mut changes, &mut offences),
-            _ if a == b => {}
+            _ if same(a, b) => {}
             "volumeAttributesClassName" => changes.push(Change::VolumeAttributesClass {
                 old: a.and_then(Value::as_str).map(str::to_owned),
                 new: b.and_then(Value::as_str).map(str::to_owned),
@@ -343,14 +377,18 @@ fn diff_resources(
             "requests" | "limits" => {
                 let (a, b) = (object(old.get(key)), object(new.get(key)));
                 for name in union(a, b) {
+                    let (was, now) = (present(a.get(name)), present(b.get(name)));
+                    if was.is_none() && now.is_none() {
+                        continue;
+                    }
                     let path = format!("spec.resources.{key}[{name}]");
-                    match quantity_diff(a.get(name), b.get(name), &path) {
+                    match quantity_diff(was, now, &path) {
                         Err(offence) => offences.push(offence),
                         Ok(None) => {}
                         Ok(Some(order)) if key == "requests" && name == "storage" => {
                             changes.push(Change::Storage {
-                                old: a.get(name).and_then(quantity_text),
-                                new: b.get(name).and_then(quantity_text),
+                                old: was.and_then(quantity_text),
+                                new: now.and_then(quantity_text),
                                 decrease: order == std::cmp::Ordering::Less,
                             });
                         }
@@ -358,7 +396,7 @@ fn diff_resources(
                     }
                 }
             }
-            _ if old.get(key) != new.get(key) => {
+            _ if !same(old.get(key), new.get(key)) => {
                 offences.push(Offence::Forbidden(format!("spec.resources.{key}")));
             }
             _ => {}
@@ -517,6 +555,40 @@ mod tests {
         match c {
             Classification::Denied(errors) => errors.iter().map(ToString::to_string).collect(),
             other => panic!("not denied: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn same_is_equality_of_cleaned_values() {
+        let values = [
+            json!(null),
+            json!({}),
+            json!([]),
+            json!([null]),
+            json!([{}]),
+            json!({"a": null}),
+            json!({"a": {}}),
+            json!({"a": []}),
+            json!({"a": [null, {}]}),
+            json!({"a": 1}),
+            json!({"a": 1, "b": null}),
+            json!({"a": {"b": {"c": null}}, "d": "x"}),
+            json!({"d": "x"}),
+            json!([1, null, 2]),
+            json!([1, 2]),
+            json!([2, 1]),
+            json!([{"a": 1}, {"b": null}]),
+            json!([{"a": 1}]),
+            json!("x"),
+            json!(""),
+            json!(0),
+            json!(false),
+        ];
+        for a in &values {
+            for b in &values {
+                assert_eq!(same(Some(a), Some(b)), clean(a) == clean(b), "{a} vs {b}");
+            }
+            assert_eq!(same(Some(a), None), clean(a).is_none(), "{a} vs absent");
         }
     }
 
