@@ -15,6 +15,9 @@ pub enum Leave {
     NotCandidate,
     /// Its namespace opted out (`stateful-admission.io/ignore: "true"`).
     IgnoredNamespace,
+    /// Its namespace is not in the cache yet (that watch lags behind the claim's): acting now
+    /// could miss an opt-out; the namespace's arrival brings the claim back.
+    NamespaceNotCached,
     /// No default for its namespace (yet): a class or namespace change brings it back.
     NoDefault,
     /// This very version was tried already (rejected, conflicted or patched): only a
@@ -66,6 +69,9 @@ pub fn plan(claim: &PersistentVolumeClaim, view: &ClusterView, tried: Option<&st
         return Plan::Leave(Leave::NotCandidate);
     }
     let namespace = claim.metadata.namespace.as_deref().unwrap_or("");
+    if view.namespace(namespace).is_none() {
+        return Plan::Leave(Leave::NamespaceNotCached);
+    }
     if view.namespace_ignored(namespace) {
         return Plan::Leave(Leave::IgnoredNamespace);
     }
@@ -343,9 +349,19 @@ mod tests {
                 assign("old", DefaultSource::Cluster),
             ),
         ];
-        for (name, objects, claim, tried, expected) in cases {
+        for (name, mut objects, claim, tried, expected) in cases {
+            // The claim's namespace is cached unless the case says otherwise.
+            if !objects.iter().any(|o| o["kind"] == "Namespace") {
+                objects.push(namespace("team", None, false));
+            }
             assert_eq!(plan(&claim, &view(&objects), tried), expected, "{name}");
         }
+        let uncached = view(&[class("old", "2020-01-01T00:00:00Z", true)]);
+        assert_eq!(
+            plan(&pending(json!({})), &uncached, None),
+            Plan::Leave(Leave::NamespaceNotCached),
+            "a namespace the cache has not seen yet"
+        );
     }
 
     #[test]
