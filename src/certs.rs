@@ -145,3 +145,16 @@ fn write_file(path: &Path, content: &str, secret: bool) -> Result<(), CertError>
     let mut file = options.open(path).map_err(err)?;
     std::io::Write::write_all(&mut file, content.as_bytes()).map_err(err)
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use time::OffsetDateTime;
+
+    /// A UTC instant, for certificate validity tables.
+    pub(crate) fn utc(y: i32, mo: u8, d: u8, h: u8, mi: u8, s: u8) -> OffsetDateTime {
+        let month = time::Month::try_from(mo).expect("month");
+        let date = time::Date::from_calendar_date(y, month, d).expect("date");
+        let time = time::Time::from_hms(h, mi, s).expect("time");
+        time::PrimitiveDateTime::new(date, time).assume_utc()
+    }
+}

@@ -372,12 +372,7 @@ mod tests {
     use super::*;
 
     /// A UTC instant; test input only.
-    fn utc(y: i32, mo: u8, d: u8, h: u8, mi: u8, s: u8) -> OffsetDateTime {
-        let month = time::Month::try_from(mo).expect("month");
-        let date = time::Date::from_calendar_date(y, month, d).expect("date");
-        let time = time::Time::from_hms(h, mi, s).expect("time");
-        time::PrimitiveDateTime::new(date, time).assume_utc()
-    }
+    use crate::certs::tests::utc;
     use rustls::client::WebPkiServerVerifier;
     use rustls::client::danger::ServerCertVerifier;
     use rustls::pki_types::pem::PemObject;

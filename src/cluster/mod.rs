@@ -7,6 +7,7 @@
 //! from all kinds, and a StatefulSet keeps only what its readers use (see
 //! [`trim_stateful_set`]); the pod template alone is most of a set.
 
+pub mod claims;
 pub mod state_file;
 pub mod watch;
 
@@ -26,7 +27,7 @@ pub struct ClusterView {
     storage_classes: Store<StorageClass>,
     namespaces: Store<Namespace>,
     stateful_sets: Store<StatefulSet>,
-    claims: Store<PersistentVolumeClaim>,
+    claims: claims::ClaimCache,
 }
 
 /// The write side of a [`ClusterView`], owned by whichever source fills it.
@@ -34,7 +35,7 @@ pub struct ClusterWriters {
     pub storage_classes: Writer<StorageClass>,
     pub namespaces: Writer<Namespace>,
     pub stateful_sets: Writer<StatefulSet>,
-    pub claims: Writer<PersistentVolumeClaim>,
+    pub claims: claims::ClaimWriter,
 }
 
 impl ClusterWriters {
@@ -43,7 +44,7 @@ impl ClusterWriters {
             storage_classes: Writer::default(),
             namespaces: Writer::default(),
             stateful_sets: Writer::default(),
-            claims: Writer::default(),
+            claims: claims::ClaimWriter::default(),
         }
     }
 
@@ -73,7 +74,12 @@ impl ClusterWriters {
         load(&mut self.storage_classes, objects.storage_classes);
         load(&mut self.namespaces, objects.namespaces);
         load(&mut self.stateful_sets, objects.stateful_sets);
-        load(&mut self.claims, objects.claims);
+        self.claims.apply_watcher_event(&watcher::Event::Init);
+        for claim in objects.claims {
+            self.claims
+                .apply_watcher_event(&watcher::Event::InitApply(claim));
+        }
+        self.claims.apply_watcher_event(&watcher::Event::InitDone);
     }
 }
 
@@ -82,6 +88,11 @@ impl Default for ClusterWriters {
         Self::new()
     }
 }
+
+/// A cache of the view was dropped before it was filled.
+#[derive(Debug, thiserror::Error)]
+#[error("a cache of the cluster view was dropped before it was filled")]
+pub struct NotSynced;
 
 /// What the view keeps of an object of its kind.
 pub trait Trim {
@@ -209,12 +220,18 @@ impl ClusterView {
         self.stateful_sets.state()
     }
 
+    /// A cached claim (decoded from the claim cache on every call).
     pub fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
-        self.claims.get(&ObjectRef::new(name).within(namespace))
+        self.claims.get(namespace, name)
     }
 
-    pub fn claims(&self) -> Vec<Arc<PersistentVolumeClaim>> {
-        self.claims.state()
+    /// The cached claims of `namespace` whose name passes `wanted` (only those are decoded).
+    pub fn claims_in(
+        &self,
+        namespace: &str,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Vec<Arc<PersistentVolumeClaim>> {
+        self.claims.in_namespace(namespace, wanted)
     }
 
     /// Whether the namespace opted out with the label `stateful-admission.io/ignore: "true"`.
@@ -228,12 +245,23 @@ impl ClusterView {
         })
     }
 
-    /// Resolves once every cache has seen its initial list.
-    pub async fn wait_synced(&self) -> Result<(), kube::runtime::reflector::store::WriterDropped> {
-        self.storage_classes.wait_until_ready().await?;
-        self.namespaces.wait_until_ready().await?;
-        self.stateful_sets.wait_until_ready().await?;
-        self.claims.wait_until_ready().await?;
+    /// Resolves once every cache has seen its initial list; an error when a cache's writer
+    /// went away first.
+    pub async fn wait_synced(&self) -> Result<(), NotSynced> {
+        let dropped = |_| NotSynced;
+        self.storage_classes
+            .wait_until_ready()
+            .await
+            .map_err(dropped)?;
+        self.namespaces.wait_until_ready().await.map_err(dropped)?;
+        self.stateful_sets
+            .wait_until_ready()
+            .await
+            .map_err(dropped)?;
+        self.claims
+            .wait_until_ready()
+            .await
+            .map_err(|_| NotSynced)?;
         Ok(())
     }
 

@@ -149,8 +149,7 @@ pub fn objects_from_values(
 }
 
 fn add(out: &mut ClusterObjects, mut item: Value) -> Result<(), String> {
-    // As the reflectors do (cluster::watch): the rules never read managedFields from cached
-    // objects, and they are often the largest part of an object.
+    // Before decoding, so that they are never built (`decode` trims the rest).
     if let Some(metadata) = item.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("managedFields");
     }
@@ -181,8 +180,12 @@ fn add(out: &mut ClusterObjects, mut item: Value) -> Result<(), String> {
     Ok(())
 }
 
-fn decode<K: DeserializeOwned>(item: Value) -> Result<K, serde_json::Error> {
-    serde_json::from_value(item)
+/// Decodes one object and trims it at once (as the reflectors do), so that what is dropped is
+/// freed before the next object is read and its memory is reused.
+fn decode<K: DeserializeOwned + super::Trim>(item: Value) -> Result<K, serde_json::Error> {
+    let mut object: K = serde_json::from_value(item)?;
+    super::trim(&mut object);
+    Ok(object)
 }
 
 /// The streaming side of [`parse_json`]: a document is `null` (skipped), an array of

@@ -6,7 +6,7 @@ use futures::{StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::runtime::{WatchStreamExt, reflector, reflector::store::Writer, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -18,16 +18,22 @@ pub fn from_cluster(client: Client) -> (ClusterView, BoxFuture<'static, ()>) {
     let writers = ClusterWriters::new();
     let view = writers.view();
     let ClusterWriters {
-        storage_classes,
-        namespaces,
-        stateful_sets,
-        claims,
+        mut storage_classes,
+        mut namespaces,
+        mut stateful_sets,
+        mut claims,
     } = writers;
     let driver = futures::future::join4(
-        run::<StorageClass>(Api::all(client.clone()), storage_classes),
-        run::<Namespace>(Api::all(client.clone()), namespaces),
-        run::<StatefulSet>(Api::all(client.clone()), stateful_sets),
-        run::<PersistentVolumeClaim>(Api::all(client), claims),
+        run::<StorageClass>(Api::all(client.clone()), move |e| {
+            storage_classes.apply_watcher_event(e)
+        }),
+        run::<Namespace>(Api::all(client.clone()), move |e| {
+            namespaces.apply_watcher_event(e)
+        }),
+        run::<StatefulSet>(Api::all(client.clone()), move |e| {
+            stateful_sets.apply_watcher_event(e)
+        }),
+        run::<PersistentVolumeClaim>(Api::all(client), move |e| claims.apply_watcher_event(e)),
     );
     (
         view,
@@ -37,7 +43,8 @@ pub fn from_cluster(client: Client) -> (ClusterView, BoxFuture<'static, ()>) {
     )
 }
 
-async fn run<K>(api: Api<K>, writer: Writer<K>)
+/// Watches one kind and hands every event to its cache, as a kube reflector does.
+async fn run<K>(api: Api<K>, mut apply: impl FnMut(&watcher::Event<K>))
 where
     K: super::Trim + Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -46,11 +53,12 @@ where
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(super::trim::<K>);
-    let mut stream = std::pin::pin!(reflector::reflector(writer, stream));
+    let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
-        if let Err(error) = event {
+        match event {
+            Ok(event) => apply(&event),
             // The watcher retries with backoff; the cache keeps serving the last state.
-            tracing::warn!(%kind, %error, "watch error");
+            Err(error) => tracing::warn!(%kind, %error, "watch error"),
         }
     }
 }

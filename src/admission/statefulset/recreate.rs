@@ -31,10 +31,9 @@ pub fn existing_claim_warnings(
         return Vec::new();
     }
     let mut claims: Vec<(u32, String, std::sync::Arc<PersistentVolumeClaim>)> = Vec::new();
-    for claim in view.claims() {
-        if claim.metadata.namespace.as_deref() != Some(namespace) {
-            continue;
-        }
+    let names: Vec<&str> = templates.iter().map(template_name).collect();
+    let wanted = |claim: &str| names.iter().any(|t| ordinal_of(claim, t, set).is_some());
+    for claim in view.claims_in(namespace, wanted) {
         let Some(name) = claim.metadata.name.as_deref() else {
             continue;
         };
