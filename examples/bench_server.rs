@@ -28,8 +28,7 @@ use stateful_admission::telemetry::{self, LogFormat};
 use tokio_util::sync::CancellationToken;
 
 // The allocator of the production binary (src/main.rs), so that the numbers are its numbers.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+stateful_admission::global_allocator!();
 
 const TRIVIAL_RESPONSE: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true}}"#;
 

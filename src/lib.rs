@@ -6,6 +6,7 @@
 //! [`cluster::ClusterView`]; [`server`] and the command line only wire them up.
 
 pub mod admission;
+pub mod allocator;
 pub mod certs;
 pub mod cluster;
 pub mod controller;

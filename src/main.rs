@@ -18,11 +18,8 @@ use stateful_admission::controller::{ControllerConfig, Features};
 use stateful_admission::server::{ListenerLimits, ServeConfig, Server, StateSource, TlsSource};
 use stateful_admission::telemetry::{self, LogFormat};
 
-// jemalloc: glibc malloc slowed request parsing 2-3x next to a large cached cluster view and
-// kept freed startup memory resident (BENCHMARKS.md, "Allocator").
-#[cfg(not(target_env = "msvc"))]
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+// jemalloc, returning freed memory to the system (see the module).
+stateful_admission::global_allocator!();
 
 #[derive(Parser)]
 #[command(

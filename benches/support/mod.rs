@@ -13,8 +13,7 @@ use stateful_admission::admission::{self, Context, Phase, Verdict, wire};
 use stateful_admission::cluster::ClusterView;
 
 // The allocator of the production binary (src/main.rs), so that the numbers are its numbers.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+stateful_admission::global_allocator!();
 
 /// One review as the apiserver sends it, and the endpoint it goes to.
 pub struct Scenario {
