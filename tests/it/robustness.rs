@@ -166,3 +166,26 @@ async fn silent_and_half_finished_connections_are_dropped_and_slots_come_back() 
         .expect("served after the silent peers are gone");
     assert_eq!(response.status(), StatusCode::OK);
 }
+
+/// The binary's allocator returns freed memory (src/allocator.rs): jemalloc reports the
+/// options it runs with when asked to print its statistics at exit.
+#[test]
+fn the_binary_runs_jemalloc_with_background_purging() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stateful-admission"))
+        .arg("--help")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .expect("binary runs");
+    assert!(out.status.success());
+    let stats = String::from_utf8_lossy(&out.stderr);
+    for option in [
+        "opt.background_thread: true",
+        "opt.dirty_decay_ms: 1000",
+        "opt.muzzy_decay_ms: 0",
+    ] {
+        assert!(
+            stats.contains(option),
+            "{option} missing from:\n{stats:.2000}"
+        );
+    }
+}
