@@ -49,7 +49,9 @@ fn main() -> anyhow::Result<()> {
         anyhow::bail!("usage: bench_server STATE_FILE CERT_DIR [ADDR]");
     };
     let addr: SocketAddr = args.next().as_deref().unwrap_or("127.0.0.1:0").parse()?;
-    telemetry::init(LogFormat::Json, "info");
+    // `serve`'s default level; BENCH_LOG sets another, to measure what logging costs.
+    let level = std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".to_owned());
+    telemetry::init(LogFormat::Json, &level);
     let view = ClusterView::from_objects(state_file::load(&PathBuf::from(state))?);
 
     let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];

@@ -172,10 +172,14 @@ while time.monotonic() < deadline:
             break
     except Exception:
         time.sleep(0.002)
+def status():
+    return {k: v.strip() for k, v in (l.split(":", 1) for l in open(f"/proc/{p.pid}/status")) if k in ("VmRSS", "VmHWM")}
 time.sleep(1)
-status = {k: v for k, v in (l.split(":", 1) for l in open(f"/proc/{p.pid}/status")) if k in ("VmRSS", "VmHWM")}
+early = status()
+time.sleep(4)
+settled = status()
 p.terminate(); p.wait(10)
-print(f"start to /readyz 200: {ready * 1e3:7.1f} ms   RSS {status['VmRSS'].strip()}   peak {status['VmHWM'].strip()}")
+print(f"start to /readyz 200: {ready * 1e3:7.1f} ms   RSS 1 s after: {early['VmRSS']}   5 s after: {settled['VmRSS']}   peak {settled['VmHWM']}")
 PY
   done
 }

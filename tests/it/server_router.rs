@@ -368,3 +368,82 @@ async fn objects_in_an_opted_out_namespace_are_allowed_unchanged() {
     let response = crate::common::review_response(&app, "/mutate", &elsewhere).await;
     assert_eq!(response["allowed"], false, "{response}");
 }
+
+/// Collects formatted log lines.
+#[derive(Clone, Default)]
+struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// At the default level a review is logged when it was denied or warned about, not when it
+/// was merely allowed or mutated (a PVC getting its default class).
+#[tokio::test(flavor = "current_thread")]
+async fn reviews_a_user_sees_the_effect_of_are_logged_at_info() {
+    fn verdict(
+        _: Phase,
+        req: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
+        _: &Context<'_>,
+    ) -> Verdict {
+        let mut v = match req.name.as_str() {
+            "denied" => {
+                Verdict::invalid(vec![stateful_admission::admission::FieldError::forbidden(
+                    "spec.a",
+                    "may not change",
+                )])
+            }
+            _ => Verdict::allow(),
+        };
+        match req.name.as_str() {
+            "warned" => v.warn("careful"),
+            "mutated" => v.patch.push(json_patch::PatchOperation::Remove(
+                json_patch::RemoveOperation {
+                    path: json_patch::jsonptr::PointerBuf::from_tokens(["spec", "x"]),
+                },
+            )),
+            _ => {}
+        }
+        v
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let (app, _) = app_with(verdict);
+    for name in ["plain", "mutated", "warned", "denied"] {
+        let review = ReviewBuilder::claim("CREATE")
+            .object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "namespace": "default"}, "spec": {"x": 1}}))
+            .into_json();
+        let (status, _) = post_review(&app, "/mutate", &review).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("utf-8");
+    let logged: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "reviewed")
+        .collect();
+    let names: Vec<&str> = logged
+        .iter()
+        .filter_map(|l| l["fields"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["warned", "denied"], "{text}");
+    assert_eq!(logged[1]["fields"]["allowed"], false);
+    assert_eq!(logged[1]["level"], "INFO");
+    assert!(logged[1]["fields"]["uid"].is_string());
+}
