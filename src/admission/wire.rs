@@ -136,17 +136,21 @@ pub struct DecodeError {
 /// Decodes an AdmissionReview body that must carry a `request`.
 pub fn decode_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, DecodeError> {
     let fail = |error, uid| DecodeError { error, uid };
-    let envelope: Envelope<'_> = serde_json::from_slice(body).map_err(|e| {
+    // Checked whole first: serde_json does not check the UTF-8 of strings it reads past (an
+    // unknown field's value), and JSON is UTF-8 throughout. Found by the fuzzer.
+    let body = std::str::from_utf8(body)
+        .map_err(|e| fail(BadReview::NotJson(format!("not UTF-8: {e}")), None))?;
+    let envelope: Envelope<'_> = serde_json::from_str(body).map_err(|e| {
         // serde_json reports some type errors (an enum given a number) as syntax errors; only
         // a body that does not parse at all is "not JSON". Only on this error path: the body
         // is read again, for its syntax and for nothing but the uid.
-        let is_json = serde_json::from_slice::<IgnoredAny>(body).is_ok();
+        let is_json = serde_json::from_str::<IgnoredAny>(body).is_ok();
         let error = if is_json {
             BadReview::Decode(e.to_string())
         } else {
             BadReview::NotJson(e.to_string())
         };
-        let uid = serde_json::from_slice::<UidOnly>(body)
+        let uid = serde_json::from_str::<UidOnly>(body)
             .ok()
             .and_then(|u| u.request)
             .and_then(|r| r.uid);
@@ -498,6 +502,14 @@ mod tests {
         assert_eq!(uid, None);
         let (e, _) = error_of(b"{\"apiVersion\": \"v\", \"kind\": \"k\"} trailing");
         assert!(e.starts_with("not JSON: "), "{e}");
+        // Invalid UTF-8 where nothing reads it: an unknown field's value.
+        let mut body = serde_json::to_vec(&review(json!({"metadata": {}}))).expect("json");
+        let at = body.len() - 1;
+        body.splice(at..at, br#","unknown":"\xff""#.iter().copied());
+        let pos = body.windows(4).position(|w| w == br"\xff").expect("marker");
+        body.splice(pos..pos + 4, [0xff]);
+        let (e, _) = error_of(&body);
+        assert!(e.starts_with("not JSON: not UTF-8"), "{e}");
         for body in [
             &br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#[..],
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}"#,
