@@ -35,53 +35,68 @@ const KEEPS_MANAGED_FIELDS: (&str, &str) = ("", "persistentvolumeclaims");
 struct Envelope<'a> {
     api_version: String,
     kind: String,
-    #[serde(default, borrow, deserialize_with = "request_slot")]
-    request: Slot<Request<'a>>,
+    /// `None` when absent or not an object; decoded in the same pass otherwise.
+    #[serde(default, borrow, deserialize_with = "request_if_object")]
+    request: Option<Request<'a>>,
 }
 
-/// What `request` held: decoded in the same pass when it is an object.
-#[derive(Default)]
-enum Slot<T> {
-    #[default]
-    Absent,
-    NotAnObject,
-    Found(T),
+fn request_if_object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Request<'de>>, D::Error> {
+    IfObject(std::marker::PhantomData::<Request<'de>>).deserialize(d)
 }
 
-fn request_slot<'de, D: Deserializer<'de>>(d: D) -> Result<Slot<Request<'de>>, D::Error> {
-    struct SlotVisitor;
-    impl<'de> Visitor<'de> for SlotVisitor {
-        type Value = Slot<Request<'de>>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an AdmissionReview request")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-            Request::deserialize(de::value::MapAccessDeserializer::new(map)).map(Slot::Found)
-        }
-        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(Slot::NotAnObject)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(Slot::Absent)
-        }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(Slot::NotAnObject)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok(Slot::NotAnObject)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok(Slot::NotAnObject)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok(Slot::NotAnObject)
-        }
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok(Slot::NotAnObject)
-        }
+/// Decodes a JSON object with the seed `S`; any other value is read past and gives `None`, so
+/// that the caller names the mistake rather than serde.
+struct IfObject<S>(S);
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for IfObject<S> {
+    type Value = Option<S::Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
     }
-    d.deserialize_any(SlotVisitor)
+}
+
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for IfObject<S> {
+    type Value = Option<S::Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        self.0
+            .deserialize(de::value::MapAccessDeserializer::new(map))
+            .map(Some)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
 }
 
 /// `AdmissionRequest` with its objects still raw.
@@ -156,7 +171,7 @@ pub fn decode_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Dec
             .and_then(|r| r.uid);
         fail(error, uid)
     })?;
-    let Slot::Found(raw) = envelope.request else {
+    let Some(raw) = envelope.request else {
         return Err(fail(BadReview::NoRequest, None));
     };
     let keep_managed_fields = keeps_managed_fields(&raw.resource);
@@ -261,9 +276,12 @@ impl<'de> Visitor<'de> for ObjectSeed {
                 "apiVersion" => api_version = Some(map.next_value()?),
                 "kind" => kind = Some(map.next_value()?),
                 "metadata" => {
-                    metadata = Some(map.next_value_seed(MetaSeed {
+                    let seed = IfObject(MetaSeed {
                         keep_managed_fields: self.keep_managed_fields,
-                    })?);
+                    });
+                    // Any other type is our own error (see `decode_object`), not serde's.
+                    let meta = map.next_value_seed(seed)?;
+                    metadata = Some(meta.ok_or_else(|| de::Error::custom(NO_META))?);
                 }
                 _ => {
                     let value = map.next_value()?;
@@ -297,13 +315,8 @@ impl<'de> DeserializeSeed<'de> for MetaSeed {
     type Value = ObjectMeta;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ObjectMeta, D::Error> {
-        deserializer.deserialize_any(self)
+        deserializer.deserialize_map(self)
     }
-}
-
-/// `metadata` of any other type is our own error (see `decode_object`), not serde's.
-fn no_meta<T, E: de::Error>() -> Result<T, E> {
-    Err(E::custom(NO_META))
 }
 
 impl<'de> Visitor<'de> for MetaSeed {
@@ -311,34 +324,6 @@ impl<'de> Visitor<'de> for MetaSeed {
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(NO_META)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<ObjectMeta, E> {
-        no_meta()
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<ObjectMeta, E> {
-        no_meta()
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<ObjectMeta, E> {
-        no_meta()
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<ObjectMeta, E> {
-        no_meta()
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<ObjectMeta, E> {
-        no_meta()
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<ObjectMeta, E> {
-        no_meta()
-    }
-
-    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<ObjectMeta, A::Error> {
-        no_meta()
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ObjectMeta, A::Error> {

@@ -3,9 +3,9 @@
 //! ([`watch`]) or a `--state` file ([`state_file`]) — and the rules cannot tell them apart.
 //! Lookups are in-memory; the admission path never calls the API.
 //!
-//! Both sources pass every object through [`trim`] on the way in: managedFields are dropped
-//! from all kinds, and a StatefulSet keeps only what its readers use (see
-//! [`trim_stateful_set`]); the pod template alone is most of a set.
+//! Both sources pass every object through [`Trim`] on the way in: managedFields are dropped
+//! from all kinds, and a StatefulSet keeps only what its readers use; the pod template alone
+//! is most of a set.
 
 pub mod claims;
 pub mod state_file;
@@ -66,7 +66,7 @@ impl ClusterWriters {
         {
             writer.apply_watcher_event(&watcher::Event::Init);
             for mut item in items {
-                trim(&mut item);
+                item.trim();
                 writer.apply_watcher_event(&watcher::Event::InitApply(item));
             }
             writer.apply_watcher_event(&watcher::Event::InitDone);
@@ -94,14 +94,10 @@ impl Default for ClusterWriters {
 #[error("a cache of the cluster view was dropped before it was filled")]
 pub struct NotSynced;
 
-/// What the view keeps of an object of its kind.
+/// What the view keeps of an object of its kind: `trim` drops what no reader of the view
+/// uses, before the object is cached.
 pub trait Trim {
     fn trim(&mut self);
-}
-
-/// Drops what no reader of the view uses, before an object is cached.
-pub fn trim<K: Trim>(object: &mut K) {
-    object.trim();
 }
 
 impl Trim for StorageClass {
@@ -124,12 +120,6 @@ impl Trim for PersistentVolumeClaim {
     }
 }
 
-impl Trim for StatefulSet {
-    fn trim(&mut self) {
-        trim_stateful_set(self);
-    }
-}
-
 /// The view's readers of a StatefulSet are the claim rules (which set owns a claim name, the
 /// live and the desired templates: its claim templates and its `stateful-admission.io/`
 /// annotations) and the controller's existence checks (the controller keeps whole sets in its
@@ -137,35 +127,38 @@ impl Trim for StatefulSet {
 /// generation), the project's annotations, replicas, ordinals and its claim templates (without
 /// their status). Everything else (pod template, selector, strategy, status, other annotations
 /// and labels) is dropped.
-pub fn trim_stateful_set(set: &mut StatefulSet) {
-    let meta = &mut set.metadata;
-    meta.managed_fields = None;
-    meta.labels = None;
-    meta.owner_references = None;
-    meta.finalizers = None;
-    meta.annotations = meta
-        .annotations
-        .take()
-        .map(|a| {
-            a.into_iter()
-                .filter(|(k, _)| k.starts_with(names::PREFIX))
-                .collect::<std::collections::BTreeMap<_, _>>()
-        })
-        .filter(|a| !a.is_empty());
-    let spec = std::mem::take(&mut set.spec);
-    set.spec = k8s_openapi::api::apps::v1::StatefulSetSpec {
-        replicas: spec.replicas,
-        ordinals: spec.ordinals,
-        service_name: spec.service_name,
-        volume_claim_templates: spec.volume_claim_templates.map(|mut templates| {
-            for t in &mut templates {
-                t.status = None;
-            }
-            templates
-        }),
-        ..Default::default()
-    };
-    set.status = None;
+impl Trim for StatefulSet {
+    fn trim(&mut self) {
+        let set = self;
+        let meta = &mut set.metadata;
+        meta.managed_fields = None;
+        meta.labels = None;
+        meta.owner_references = None;
+        meta.finalizers = None;
+        meta.annotations = meta
+            .annotations
+            .take()
+            .map(|a| {
+                a.into_iter()
+                    .filter(|(k, _)| k.starts_with(names::PREFIX))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            })
+            .filter(|a| !a.is_empty());
+        let spec = std::mem::take(&mut set.spec);
+        set.spec = k8s_openapi::api::apps::v1::StatefulSetSpec {
+            replicas: spec.replicas,
+            ordinals: spec.ordinals,
+            service_name: spec.service_name,
+            volume_claim_templates: spec.volume_claim_templates.map(|mut templates| {
+                for t in &mut templates {
+                    t.status = None;
+                }
+                templates
+            }),
+            ..Default::default()
+        };
+        set.status = None;
+    }
 }
 
 /// Objects of the four kinds, as loaded from a file or built in a test.

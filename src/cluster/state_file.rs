@@ -184,7 +184,7 @@ fn add(out: &mut ClusterObjects, mut item: Value) -> Result<(), String> {
 /// freed before the next object is read and its memory is reused.
 fn decode<K: DeserializeOwned + super::Trim>(item: Value) -> Result<K, serde_json::Error> {
     let mut object: K = serde_json::from_value(item)?;
-    super::trim(&mut object);
+    object.trim();
     Ok(object)
 }
 

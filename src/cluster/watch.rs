@@ -1,5 +1,5 @@
 //! Fills a [`ClusterView`](super::ClusterView) from the API with one reflector per kind.
-//! Objects are trimmed on the way in ([`super::trim`]): managedFields everywhere, and all a
+//! Objects are trimmed on the way in ([`super::Trim`]): managedFields everywhere, and all a
 //! StatefulSet's readers do not use.
 
 use futures::{StreamExt, future::BoxFuture};
@@ -10,7 +10,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::{ClusterView, ClusterWriters};
+use super::{ClusterView, ClusterWriters, Trim};
 
 /// Starts watching; returns the view and the future that drives the reflectors (run it on
 /// the runtime for as long as the view is used).
@@ -46,13 +46,13 @@ pub fn from_cluster(client: Client) -> (ClusterView, BoxFuture<'static, ()>) {
 /// Watches one kind and hands every event to its cache, as a kube reflector does.
 async fn run<K>(api: Api<K>, mut apply: impl FnMut(&watcher::Event<K>))
 where
-    K: super::Trim + Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Trim + Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(super::trim::<K>);
+        .modify(|object: &mut K| object.trim());
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
