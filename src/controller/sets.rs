@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use kube::Api;
@@ -58,15 +58,30 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
         watcher::Config::default().labels(names::JOURNAL_LABEL),
         |journal| claims::journal_owner(&journal),
     )
-    .graceful_shutdown_on(async move { stop.cancelled().await });
-    controller
+    .graceful_shutdown_on({
+        let stop = stop.clone();
+        async move { stop.cancelled().await }
+    });
+    let store = controller.store();
+    let run = controller
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| async {
             if let Err(error) = result {
                 tracing::debug!(%error, "statefulset reconcile failed");
             }
-        })
-        .await;
+        });
+    let mut run = std::pin::pin!(run);
+    tokio::select! {
+        () = &mut run => return,
+        () = stop.cancelled() => {}
+    }
+    // The graceful shutdown lets started reconciles finish. kube-runtime starts reconciling
+    // only once the controller's store is ready, and a shutdown stops the watch that fills it:
+    // stopped before that, the controller would wait for the store forever (a SIGTERM right
+    // after start hung the process). No reconcile can have started then; stop at once.
+    if matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+        run.await;
+    }
 }
 
 async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {

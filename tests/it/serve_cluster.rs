@@ -99,6 +99,12 @@ async fn serve_reads_the_cluster_and_runs_the_controller_under_a_lease() {
 
     // SIGTERM: the Lease is released for the next replica, and the process exits 0.
     served.terminate();
-    assert_eq!(served.wait_exit(Duration::from_secs(15)), Some(0));
+    let exit = served.wait_exit(Duration::from_secs(15));
+    assert_eq!(
+        exit,
+        Some(0),
+        "exits 0 after SIGTERM; server log:\n{}",
+        served.logs().join("\n")
+    );
     assert_eq!(holder(), None, "the lease is released on shutdown");
 }
