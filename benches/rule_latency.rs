@@ -10,7 +10,7 @@ mod support;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use stateful_admission::admission::{Context, Policy};
+use stateful_admission::admission::{Context, Policy, Verdict};
 
 fn percentiles(mut samples: Vec<Duration>) -> [Duration; 5] {
     samples.sort_unstable();
@@ -24,17 +24,28 @@ fn percentiles(mut samples: Vec<Duration>) -> [Duration; 5] {
     ]
 }
 
-/// A phase to time: its name and one call of it.
-type Row<'a> = (&'static str, Box<dyn Fn() + 'a>);
+/// A phase to time: its name and one call of it, given an input made outside the timing.
+type Row<'a> = (
+    &'static str,
+    Box<dyn Fn() -> Input + 'a>,
+    Box<dyn Fn(Input) + 'a>,
+);
 
-fn time(n: usize, f: impl Fn()) -> Vec<Duration> {
+/// What a phase is given: nothing, or the verdict it encodes (cloned before the clock starts).
+enum Input {
+    None,
+    Verdict(Verdict),
+}
+
+fn time(n: usize, setup: &dyn Fn() -> Input, f: &dyn Fn(Input)) -> Vec<Duration> {
     for _ in 0..n / 20 + 100 {
-        f();
+        f(setup());
     }
     (0..n)
         .map(|_| {
+            let input = setup();
             let start = Instant::now();
-            f();
+            f(input);
             start.elapsed()
         })
         .collect()
@@ -72,43 +83,59 @@ fn main() {
         let req = support::decode(&s.body);
         let verdict = support::evaluate(s.phase, &req, &ctx);
         let (body, phase) = (&s.body, s.phase);
+        let none = || Box::new(|| Input::None) as Box<dyn Fn() -> Input>;
         let rows: Vec<Row<'_>> = vec![
             (
                 "total",
-                Box::new(|| {
+                none(),
+                Box::new(|_| {
                     black_box(support::review(phase, black_box(body), &ctx));
                 }),
             ),
             (
                 "decode",
-                Box::new(|| {
+                none(),
+                Box::new(|_| {
                     black_box(support::decode(black_box(body)));
                 }),
             ),
             (
                 "decode_via_value",
-                Box::new(|| {
+                none(),
+                Box::new(|_| {
                     black_box(support::decode_via_value(black_box(body)));
                 }),
             ),
             (
+                // The floor for any decoder: the body read through, nothing built.
+                "read_through",
+                none(),
+                Box::new(|_| {
+                    black_box(support::read_through(black_box(body)));
+                }),
+            ),
+            (
                 "evaluate",
-                Box::new(|| {
+                none(),
+                Box::new(|_| {
                     black_box(support::evaluate(phase, black_box(&req), &ctx));
                 }),
             ),
             (
                 "respond_encode",
-                Box::new(|| {
-                    black_box(support::respond_encode(&req, black_box(verdict.clone())));
+                Box::new(|| Input::Verdict(verdict.clone())),
+                Box::new(|input| {
+                    if let Input::Verdict(v) = input {
+                        black_box(support::respond_encode(&req, black_box(v)));
+                    }
                 }),
             ),
         ];
-        for (phase, run) in rows
+        for (phase, setup, run) in rows
             .into_iter()
-            .filter(|(p, _)| only_phase.is_empty() || *p == only_phase)
+            .filter(|(p, _, _)| only_phase.is_empty() || *p == only_phase)
         {
-            let samples = time(n, run);
+            let samples = time(n, &setup, &run);
             let [p50, p90, p99, p999, max] = percentiles(samples);
             let us = |d: Duration| d.as_secs_f64() * 1e6;
             println!(

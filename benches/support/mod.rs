@@ -77,6 +77,11 @@ pub fn decode_via_value(body: &[u8]) -> AdmissionRequest<DynamicObject> {
         .expect("benchmark reviews have a request")
 }
 
+/// The body read through as JSON and checked, nothing built: what any decoder must spend.
+pub fn read_through(body: &[u8]) -> serde::de::IgnoredAny {
+    serde_json::from_slice(body).expect("benchmark reviews are JSON")
+}
+
 pub fn evaluate(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context<'_>) -> Verdict {
     admission::evaluate(phase, req, ctx)
 }

@@ -3,15 +3,19 @@
 //! kube's `AdmissionReview<DynamicObject>` derives its decoder with `#[serde(flatten)]` (for
 //! the review's `apiVersion`/`kind` and twice inside every `DynamicObject`), which makes serde
 //! buffer the whole document into an intermediate tree and walk it again; going through a
-//! `serde_json::Value` first doubles that once more. Here the envelope is read with the
-//! objects left as borrowed raw JSON (checked, not copied), and each object is then decoded
-//! straight into a `DynamicObject`: `apiVersion`/`kind` into its type fields, `metadata` into
-//! the typed `ObjectMeta`, every other key into `data`.
+//! `serde_json::Value` first doubles that once more. Here the envelope and its objects are
+//! read in the same pass: each object straight into a `DynamicObject` (`apiVersion`/`kind`
+//! into its type fields, `metadata` into the typed `ObjectMeta`, every other key into `data`).
 //!
-//! The rules read managedFields of PersistentVolumeClaims only (who set
-//! `spec.storageClassName`); for every other resource they are skipped while decoding, which
-//! is most of the work for a StatefulSet. The result is otherwise what kube's decoder gives
-//! (a test and the fuzz harness compare the two).
+//! Parts of an object that only some resources' rules read are kept as borrowed raw JSON
+//! (checked, not copied) while reading, and built once the request's resource is known
+//! ([`Reads`]): managedFields are read for PersistentVolumeClaims only (who set
+//! `spec.storageClassName`); a StatefulSet's pod template and status are read by no rule.
+//! For a StatefulSet those are most of the document. The result is otherwise what kube's
+//! decoder gives (a test and the fuzz harness compare the two, after [`forget_unread`]).
+//!
+//! A body this pass cannot decode is decoded again the slow way (envelope first, then each
+//! object on its own), which names the mistake and the object it is in.
 
 use std::fmt;
 
@@ -27,21 +31,56 @@ use serde_json::{Map, Value};
 
 use super::offline::BadReview;
 
-/// The resource whose rules read managedFields.
-const KEEPS_MANAGED_FIELDS: (&str, &str) = ("", "persistentvolumeclaims");
+/// What the rules read of an object besides the rest of it, by the review's resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reads {
+    /// `metadata.managedFields`: who set a claim's `spec.storageClassName`.
+    managed_fields: bool,
+    /// `spec.template` (a StatefulSet's pod template).
+    pod_template: bool,
+    /// `status` (a claim's capacity, allocation and conditions).
+    status: bool,
+}
+
+impl Reads {
+    fn of(resource: &GroupVersionResource) -> Self {
+        match (resource.group.as_str(), resource.resource.as_str()) {
+            ("", "persistentvolumeclaims") => Reads {
+                managed_fields: true,
+                pod_template: true,
+                status: true,
+            },
+            // The StatefulSet rules read metadata, replicas, ordinals, the update strategy and
+            // the claim templates; the pod template and status are half of a set's JSON.
+            ("apps", "statefulsets") => Reads {
+                managed_fields: false,
+                pod_template: false,
+                status: false,
+            },
+            _ => Reads {
+                managed_fields: false,
+                pod_template: true,
+                status: true,
+            },
+        }
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Envelope<'a> {
+#[serde(bound(deserialize = "O: Deserialize<'de>"))]
+struct Envelope<O> {
     api_version: String,
     kind: String,
     /// `None` when absent or not an object; decoded in the same pass otherwise.
-    #[serde(default, borrow, deserialize_with = "request_if_object")]
-    request: Option<Request<'a>>,
+    #[serde(default, deserialize_with = "request_if_object")]
+    request: Option<Request<O>>,
 }
 
-fn request_if_object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Request<'de>>, D::Error> {
-    IfObject(std::marker::PhantomData::<Request<'de>>).deserialize(d)
+fn request_if_object<'de, D: Deserializer<'de>, O: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Request<O>>, D::Error> {
+    IfObject(std::marker::PhantomData::<Request<O>>).deserialize(d)
 }
 
 /// Decodes a JSON object with the seed `S`; any other value is read past and gives `None`, so
@@ -99,10 +138,11 @@ impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for IfObject<S> {
     }
 }
 
-/// `AdmissionRequest` with its objects still raw.
+/// `AdmissionRequest` with its objects as `O`: decoded in the same pass ([`Lazy`]), or raw.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Request<'a> {
+#[serde(bound(deserialize = "O: Deserialize<'de>"))]
+struct Request<O> {
     uid: String,
     kind: GroupVersionKind,
     resource: GroupVersionResource,
@@ -120,14 +160,54 @@ struct Request<'a> {
     namespace: Option<String>,
     operation: Operation,
     user_info: UserInfo,
-    #[serde(default, borrow)]
-    object: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    old_object: Option<&'a RawValue>,
+    #[serde(default)]
+    object: Option<O>,
+    #[serde(default)]
+    old_object: Option<O>,
     #[serde(default)]
     dry_run: bool,
     #[serde(default)]
     options: Option<RawExtension>,
+}
+
+impl<O> Request<O> {
+    /// The request, each object finished by `object(object, what the rules read)`.
+    fn finish(
+        self,
+        types: TypeMeta,
+        object: impl Fn(O, Reads) -> Result<DynamicObject, String>,
+    ) -> Result<AdmissionRequest<DynamicObject>, DecodeError> {
+        let reads = Reads::of(&self.resource);
+        let uid = &self.uid;
+        let object = |field: &str, o: Option<O>| {
+            o.map(|o| object(o, reads))
+                .transpose()
+                .map_err(|e| DecodeError {
+                    error: BadReview::Decode(format!("request.{field}: {e}")),
+                    uid: Some(uid.clone()),
+                })
+        };
+        let new = object("object", self.object)?;
+        let old = object("oldObject", self.old_object)?;
+        Ok(AdmissionRequest {
+            types,
+            uid: self.uid,
+            kind: self.kind,
+            resource: self.resource,
+            sub_resource: self.sub_resource,
+            request_kind: self.request_kind,
+            request_resource: self.request_resource,
+            request_sub_resource: self.request_sub_resource,
+            name: self.name,
+            namespace: self.namespace,
+            operation: self.operation,
+            user_info: self.user_info,
+            object: new,
+            old_object: old,
+            dry_run: self.dry_run,
+            options: self.options,
+        })
+    }
 }
 
 /// Just the request uid, to name the request in an error about the rest of it.
@@ -150,12 +230,30 @@ pub struct DecodeError {
 
 /// Decodes an AdmissionReview body that must carry a `request`.
 pub fn decode_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, DecodeError> {
-    let fail = |error, uid| DecodeError { error, uid };
     // Checked whole first: serde_json does not check the UTF-8 of strings it reads past (an
     // unknown field's value), and JSON is UTF-8 throughout. Found by the fuzzer.
-    let body = std::str::from_utf8(body)
-        .map_err(|e| fail(BadReview::NotJson(format!("not UTF-8: {e}")), None))?;
-    let envelope: Envelope<'_> = serde_json::from_str(body).map_err(|e| {
+    let body = std::str::from_utf8(body).map_err(|e| DecodeError {
+        error: BadReview::NotJson(format!("not UTF-8: {e}")),
+        uid: None,
+    })?;
+    if let Ok(Envelope {
+        api_version,
+        kind,
+        request: Some(request),
+    }) = serde_json::from_str::<Envelope<Lazy<'_>>>(body)
+        && let Ok(req) = request.finish(TypeMeta { api_version, kind }, |o, reads| {
+            o.finish(reads).map_err(|e| e.to_string())
+        })
+    {
+        return Ok(req);
+    }
+    decode_review_slowly(body)
+}
+
+/// The envelope first with its objects raw, then each object: slower than [`decode_review`],
+/// used to tell what is wrong with a body that one could not decode.
+fn decode_review_slowly(body: &str) -> Result<AdmissionRequest<DynamicObject>, DecodeError> {
+    let envelope: Envelope<&RawValue> = serde_json::from_str(body).map_err(|e| {
         // serde_json reports some type errors (an enum given a number) as syntax errors; only
         // a body that does not parse at all is "not JSON". Only on this error path: the body
         // is read again, for its syntax and for nothing but the uid.
@@ -169,46 +267,19 @@ pub fn decode_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Dec
             .ok()
             .and_then(|u| u.request)
             .and_then(|r| r.uid);
-        fail(error, uid)
+        DecodeError { error, uid }
     })?;
-    let Some(raw) = envelope.request else {
-        return Err(fail(BadReview::NoRequest, None));
+    let Some(request) = envelope.request else {
+        return Err(DecodeError {
+            error: BadReview::NoRequest,
+            uid: None,
+        });
     };
-    let keep_managed_fields = keeps_managed_fields(&raw.resource);
-    let object = |field: &str, raw_object: Option<&RawValue>| {
-        raw_object
-            .map(|o| decode_object(o.get(), keep_managed_fields))
-            .transpose()
-            .map_err(|e| BadReview::Decode(format!("request.{field}: {e}")))
+    let types = TypeMeta {
+        api_version: envelope.api_version,
+        kind: envelope.kind,
     };
-    let uid = || Some(raw.uid.clone());
-    let new = object("object", raw.object).map_err(|e| fail(e, uid()))?;
-    let old = object("oldObject", raw.old_object).map_err(|e| fail(e, uid()))?;
-    Ok(AdmissionRequest {
-        types: TypeMeta {
-            api_version: envelope.api_version,
-            kind: envelope.kind,
-        },
-        uid: raw.uid,
-        kind: raw.kind,
-        resource: raw.resource,
-        sub_resource: raw.sub_resource,
-        request_kind: raw.request_kind,
-        request_resource: raw.request_resource,
-        request_sub_resource: raw.request_sub_resource,
-        name: raw.name,
-        namespace: raw.namespace,
-        operation: raw.operation,
-        user_info: raw.user_info,
-        object: new,
-        old_object: old,
-        dry_run: raw.dry_run,
-        options: raw.options,
-    })
-}
-
-fn keeps_managed_fields(resource: &GroupVersionResource) -> bool {
-    (resource.group.as_str(), resource.resource.as_str()) == KEEPS_MANAGED_FIELDS
+    request.finish(types, |raw, reads| decode_object(raw.get(), reads))
 }
 
 /// An object of a review held as a JSON value (an object patched offline), decoded as
@@ -218,23 +289,45 @@ pub fn object_from_value(
     resource: &GroupVersionResource,
 ) -> Result<DynamicObject, String> {
     let json = serde_json::to_string(object).map_err(|e| e.to_string())?;
-    decode_object(&json, keeps_managed_fields(resource))
+    decode_object(&json, Reads::of(resource))
 }
 
-/// One object of a review. An object must have `metadata` (never missing from what the
-/// apiserver sends): the rules patch paths under it.
-fn decode_object(json: &str, keep_managed_fields: bool) -> Result<DynamicObject, String> {
+/// Removes from a request another decoder gave what [`decode_review`] does not keep for the
+/// request's resource, to compare the two.
+#[doc(hidden)]
+pub fn forget_unread(req: &mut AdmissionRequest<DynamicObject>) {
+    let reads = Reads::of(&req.resource);
+    for o in [req.object.as_mut(), req.old_object.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        if !reads.managed_fields {
+            o.metadata.managed_fields = None;
+        }
+        let Some(data) = o.data.as_object_mut() else {
+            continue;
+        };
+        if !reads.status {
+            data.remove("status");
+        }
+        if !reads.pod_template
+            && let Some(spec) = data.get_mut("spec").and_then(Value::as_object_mut)
+        {
+            spec.remove("template");
+        }
+    }
+}
+
+/// One object of a review, on its own. An object must have `metadata` (never missing from
+/// what the apiserver sends): the rules patch paths under it.
+fn decode_object(json: &str, reads: Reads) -> Result<DynamicObject, String> {
     if !json.starts_with('{') {
         return Err(NO_META.to_owned());
     }
     let mut de = serde_json::Deserializer::from_str(json);
-    let object = ObjectSeed {
-        keep_managed_fields,
-    }
-    .deserialize(&mut de)
-    .map_err(|e| {
-        // Our own error (see `ObjectSeed`); serde's messages start otherwise ("invalid
-        // type: …", "missing field …").
+    let object = Lazy::deserialize(&mut de).map_err(|e| {
+        // Our own error (see `Lazy`); serde's messages start otherwise ("invalid type: …",
+        // "missing field …").
         if e.classify() == serde_json::error::Category::Data && e.to_string().starts_with(NO_META) {
             NO_META.to_owned()
         } else {
@@ -242,46 +335,86 @@ fn decode_object(json: &str, keep_managed_fields: bool) -> Result<DynamicObject,
         }
     })?;
     de.end().map_err(|e| e.to_string())?;
-    Ok(object)
+    object.finish(reads).map_err(|e| e.to_string())
 }
 
 const NO_META: &str = "metadata must be an object";
 
-struct ObjectSeed {
-    keep_managed_fields: bool,
+/// An object read but for the parts only some resources' rules read ([`Reads`]), which are
+/// kept as the raw JSON they were in the body until [`Lazy::finish`].
+struct Lazy<'a> {
+    object: DynamicObject,
+    managed_fields: Option<&'a RawValue>,
+    pod_template: Option<&'a RawValue>,
+    status: Option<&'a RawValue>,
 }
 
-impl<'de> DeserializeSeed<'de> for ObjectSeed {
-    type Value = DynamicObject;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<DynamicObject, D::Error> {
-        deserializer.deserialize_map(self)
+impl Lazy<'_> {
+    /// The object with what `reads` asks for built from the raw parts.
+    fn finish(self, reads: Reads) -> Result<DynamicObject, serde_json::Error> {
+        let Lazy {
+            mut object,
+            managed_fields,
+            pod_template,
+            status,
+        } = self;
+        if reads.managed_fields
+            && let Some(raw) = managed_fields
+        {
+            object.metadata.managed_fields = serde_json::from_str(raw.get())?;
+        }
+        let data = object.data.as_object_mut();
+        if reads.status
+            && let (Some(raw), Some(data)) = (status, data)
+        {
+            data.insert("status".to_owned(), serde_json::from_str(raw.get())?);
+        }
+        if reads.pod_template
+            && let Some(raw) = pod_template
+            && let Some(spec) = object.data.get_mut("spec").and_then(Value::as_object_mut)
+        {
+            spec.insert("template".to_owned(), serde_json::from_str(raw.get())?);
+        }
+        Ok(object)
     }
 }
 
-impl<'de> Visitor<'de> for ObjectSeed {
-    type Value = DynamicObject;
+impl<'de> Deserialize<'de> for Lazy<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(ObjectVisitor)
+    }
+}
+
+struct ObjectVisitor;
+
+impl<'de> Visitor<'de> for ObjectVisitor {
+    type Value = Lazy<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(NO_META)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DynamicObject, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Lazy<'de>, A::Error> {
         let mut api_version: Option<Value> = None;
         let mut kind: Option<Value> = None;
-        let mut metadata: Option<ObjectMeta> = None;
+        let mut metadata: Option<(ObjectMeta, Option<&'de RawValue>)> = None;
+        let mut pod_template = None;
+        let mut status = None;
         let mut data = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "apiVersion" => api_version = Some(map.next_value()?),
                 "kind" => kind = Some(map.next_value()?),
                 "metadata" => {
-                    let seed = IfObject(MetaSeed {
-                        keep_managed_fields: self.keep_managed_fields,
-                    });
                     // Any other type is our own error (see `decode_object`), not serde's.
-                    let meta = map.next_value_seed(seed)?;
+                    let meta = map.next_value_seed(IfObject(MetaSeed))?;
                     metadata = Some(meta.ok_or_else(|| de::Error::custom(NO_META))?);
+                }
+                "status" => status = Some(map.next_value()?),
+                "spec" => {
+                    let (spec, template) = map.next_value_seed(SpecSeed)?;
+                    data.insert(key, spec);
+                    pod_template = template;
                 }
                 _ => {
                     let value = map.next_value()?;
@@ -289,7 +422,7 @@ impl<'de> Visitor<'de> for ObjectSeed {
                 }
             }
         }
-        let metadata = metadata.ok_or_else(|| de::Error::custom(NO_META))?;
+        let (metadata, managed_fields) = metadata.ok_or_else(|| de::Error::custom(NO_META))?;
         // As kube's `#[serde(flatten)] types: Option<TypeMeta>`: set when both are strings;
         // otherwise none, and (as kube mostly does) they are not kept among the other keys.
         let types = match (api_version, kind) {
@@ -298,50 +431,54 @@ impl<'de> Visitor<'de> for ObjectSeed {
             }
             _ => None,
         };
-        Ok(DynamicObject {
-            types,
-            metadata,
-            data: Value::Object(data),
+        Ok(Lazy {
+            object: DynamicObject {
+                types,
+                metadata,
+                data: Value::Object(data),
+            },
+            managed_fields,
+            pod_template,
+            status,
         })
     }
 }
 
-/// `metadata`, an object, optionally without its managedFields.
-struct MetaSeed {
-    keep_managed_fields: bool,
-}
+/// `metadata`, an object, with its managedFields kept raw.
+struct MetaSeed;
 
 impl<'de> DeserializeSeed<'de> for MetaSeed {
-    type Value = ObjectMeta;
+    type Value = (ObjectMeta, Option<&'de RawValue>);
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ObjectMeta, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_map(self)
     }
 }
 
 impl<'de> Visitor<'de> for MetaSeed {
-    type Value = ObjectMeta;
+    type Value = (ObjectMeta, Option<&'de RawValue>);
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(NO_META)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ObjectMeta, A::Error> {
-        let map = WithoutManagedFields {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let mut map = WithoutManagedFields {
             inner: map,
-            skip: !self.keep_managed_fields,
+            managed_fields: None,
         };
-        ObjectMeta::deserialize(de::value::MapAccessDeserializer::new(map))
+        let meta = ObjectMeta::deserialize(de::value::MapAccessDeserializer::new(&mut map))?;
+        Ok((meta, map.managed_fields))
     }
 }
 
-/// A map that hides its `managedFields` entry (read past, never decoded) when `skip`.
-struct WithoutManagedFields<A> {
+/// A map that hides its `managedFields` entry, keeping it raw.
+struct WithoutManagedFields<'de, A> {
     inner: A,
-    skip: bool,
+    managed_fields: Option<&'de RawValue>,
 }
 
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<A> {
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<'de, A> {
     type Error = A::Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(
@@ -352,8 +489,8 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<A> {
             let Some(key) = self.inner.next_key::<String>()? else {
                 return Ok(None);
             };
-            if self.skip && key == "managedFields" {
-                self.inner.next_value::<IgnoredAny>()?;
+            if key == "managedFields" {
+                self.managed_fields = Some(self.inner.next_value()?);
                 continue;
             }
             return seed.deserialize(key.into_deserializer()).map(Some);
@@ -369,6 +506,73 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<A> {
     }
 }
 
+/// `spec` as a JSON value, with its `template` kept raw when it is an object.
+struct SpecSeed;
+
+impl<'de> DeserializeSeed<'de> for SpecSeed {
+    type Value = (Value, Option<&'de RawValue>);
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SpecSeed {
+    type Value = (Value, Option<&'de RawValue>);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut spec = Map::new();
+        let mut template = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "template" {
+                template = Some(map.next_value()?);
+            } else {
+                let value = map.next_value()?;
+                spec.insert(key, value);
+            }
+        }
+        Ok((Value::Object(spec), template))
+    }
+
+    // Any other value, as `serde_json::Value` builds it.
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        let value = Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+        Ok((value, None))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok((Value::Null, None))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok((Value::from(v), None))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok((Value::from(v), None))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok((Value::from(v), None))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok((Value::from(v), None))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok((Value::from(v), None))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok((Value::from(v), None))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,15 +585,6 @@ mod tests {
             .expect("kube decodes")
             .try_into()
             .expect("has a request")
-    }
-
-    fn strip_managed_fields(req: &mut AdmissionRequest<DynamicObject>) {
-        for o in [req.object.as_mut(), req.old_object.as_mut()]
-            .into_iter()
-            .flatten()
-        {
-            o.metadata.managed_fields = None;
-        }
     }
 
     /// Equal, but for type fields that are not both strings: kube keeps one or the other in
@@ -440,31 +635,31 @@ mod tests {
     fn every_fixture_decodes_as_kube_decodes_it() {
         let all = fixtures();
         assert!(all.len() >= 12, "fixtures found: {}", all.len());
-        let mut managed_dropped = 0;
+        let (mut claims, mut sets_trimmed) = (0, 0);
         for (name, review) in all {
             let body = serde_json::to_vec(&review).expect("json");
-            let mut ours = decode_review(&body).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            let ours = decode_review(&body).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            let slow = decode_review_slowly(std::str::from_utf8(&body).expect("utf-8"))
+                .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert!(same(&ours, &slow), "{name}: both ways agree");
             let mut theirs = kube_decode(&review);
             if theirs.resource.resource == "persistentvolumeclaims" {
-                assert!(same(&ours, &theirs), "{name}");
-            } else {
-                let had = theirs
-                    .object
-                    .as_ref()
-                    .is_some_and(|o| o.metadata.managed_fields.is_some());
-                managed_dropped += usize::from(had);
-                assert!(
-                    ours.object
-                        .as_ref()
-                        .is_none_or(|o| o.metadata.managed_fields.is_none()),
-                    "{name}: managedFields skipped"
-                );
-                strip_managed_fields(&mut theirs);
-                strip_managed_fields(&mut ours);
-                assert!(same(&ours, &theirs), "{name}");
+                claims += 1;
+                assert!(same(&ours, &theirs), "{name}: a claim is decoded whole");
+                continue;
+            }
+            let whole = theirs.clone();
+            forget_unread(&mut theirs);
+            assert!(same(&ours, &theirs), "{name}");
+            if theirs.resource.resource == "statefulsets" && !same(&whole, &theirs) {
+                sets_trimmed += 1;
+                let object = ours.object.as_ref().expect("a set");
+                assert_eq!(object.metadata.managed_fields, None, "{name}");
+                assert_eq!(object.data.get("status"), None, "{name}");
+                assert_eq!(object.data["spec"].get("template"), None, "{name}");
             }
         }
-        assert!(managed_dropped > 0, "some fixture exercises the skip");
+        assert!(claims > 0 && sets_trimmed > 0, "{claims} {sets_trimmed}");
     }
 
     fn review(object: Value) -> Value {
@@ -577,14 +772,21 @@ mod tests {
         }
     }
 
+    fn with_resource(mut review: Value, group: &str, resource: &str) -> Value {
+        review["request"]["resource"] =
+            json!({"group": group, "version": "v1", "resource": resource});
+        review
+    }
+
     #[test]
     fn managed_fields_are_skipped_except_for_claims() {
         let meta = json!({"name": "web", "managedFields": [{"manager": "m", "operation": "Update",
             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]});
-        let mut set =
-            review(json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta}));
-        set["request"]["resource"] =
-            json!({"group": "apps", "version": "v1", "resource": "statefulsets"});
+        let set = with_resource(
+            review(json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta})),
+            "apps",
+            "statefulsets",
+        );
         let decoded = decode_review(&serde_json::to_vec(&set).expect("json")).expect("decodes");
         let object = decoded.object.expect("object");
         assert_eq!(object.metadata.managed_fields, None);
@@ -594,5 +796,86 @@ mod tests {
         let decoded = decode_review(&serde_json::to_vec(&claim).expect("json")).expect("decodes");
         let fields = decoded.object.expect("object").metadata.managed_fields;
         assert_eq!(fields.map(|f| f.len()), Some(1));
+        // A claim's managedFields that are not what the API defines fail it, as with kube.
+        let bad = review(json!({"metadata": {"managedFields": "x"}}));
+        let (e, uid) = error_of(&serde_json::to_vec(&bad).expect("json"));
+        assert!(
+            e.starts_with("malformed AdmissionReview: request.object: invalid type"),
+            "{e}"
+        );
+        assert_eq!(uid.as_deref(), Some("u-1"));
+    }
+
+    #[test]
+    fn a_sets_pod_template_and_status_are_read_past() {
+        let object = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "web", "managedFields": [{"manager": "m"}]},
+            "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "c"}]}},
+                "volumeClaimTemplates": [{"metadata": {"name": "data"}}]},
+            "status": {"replicas": 3}});
+        let set = with_resource(review(object.clone()), "apps", "statefulsets");
+        let decoded = decode_review(&serde_json::to_vec(&set).expect("json")).expect("decodes");
+        let data = decoded.object.expect("object").data;
+        assert_eq!(
+            data,
+            json!({"spec": {"replicas": 3,
+                "volumeClaimTemplates": [{"metadata": {"name": "data"}}]}})
+        );
+        // Another resource keeps them (a claim has no pod template; this one is hostile).
+        for (group, resource) in [("", "persistentvolumeclaims"), ("apps", "deployments")] {
+            let other = with_resource(review(object.clone()), group, resource);
+            let decoded =
+                decode_review(&serde_json::to_vec(&other).expect("json")).expect("decodes");
+            let data = decoded.object.expect("object").data;
+            assert_eq!(data["spec"], object["spec"], "{resource}");
+            assert_eq!(data["status"], object["status"], "{resource}");
+        }
+        // What is read past is still checked: a body with a broken template is not JSON.
+        let mut body = serde_json::to_string(&set).expect("json");
+        body = body.replace(r#""containers":"#, r#""containers"::"#);
+        assert!(error_of(body.as_bytes()).0.starts_with("not JSON: "));
+        // A spec that is not an object is kept as it is, template or not.
+        for spec in [
+            json!(null),
+            json!([{"template": 1}]),
+            json!("x"),
+            json!(1.5),
+        ] {
+            let mut object = object.clone();
+            object["spec"] = spec.clone();
+            let set = with_resource(review(object), "apps", "statefulsets");
+            let decoded = decode_review(&serde_json::to_vec(&set).expect("json")).expect("decodes");
+            assert_eq!(decoded.object.expect("object").data["spec"], spec);
+        }
+    }
+
+    #[test]
+    fn objects_before_the_resource_decode_alike() {
+        // The apiserver writes `resource` before the objects; another order decodes the same.
+        let set = with_resource(
+            review(json!({"metadata": {"name": "web", "managedFields": []},
+                "spec": {"template": {}}, "status": {}})),
+            "apps",
+            "statefulsets",
+        );
+        let request = set["request"].as_object().expect("request");
+        let mut reordered: Vec<_> = request.iter().collect();
+        reordered.sort_by_key(|(k, _)| !k.ends_with("bject"));
+        let fields: Vec<String> = reordered
+            .iter()
+            .map(|(k, v)| format!("{}:{v}", Value::from(k.as_str())))
+            .collect();
+        let body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{{}}}}}"#,
+            fields.join(",")
+        );
+        assert!(
+            body.find("\"object\"") < body.find("\"resource\""),
+            "{body}"
+        );
+        let decoded = decode_review(body.as_bytes()).expect("decodes");
+        let expected = decode_review(&serde_json::to_vec(&set).expect("json")).expect("decodes");
+        assert!(same(&decoded, &expected));
+        assert_eq!(decoded.object.expect("object").data, json!({"spec": {}}));
     }
 }

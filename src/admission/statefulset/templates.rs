@@ -7,6 +7,7 @@
 //! empty alike).
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::admission::{BadValue, FieldError};
@@ -191,7 +192,9 @@ fn name_errors(old: &[&str], new: &[&str]) -> Vec<FieldError> {
     errors
 }
 
-/// Drops what the apiserver sets or ignores and every null or empty value, recursively.
+/// Drops what the apiserver sets or ignores and every null or empty value, recursively: the
+/// reference definition [`CleanTemplate`] and [`same`] are tested against.
+#[cfg(test)]
 fn clean_template(t: &Value) -> Value {
     let mut t = clean(t).unwrap_or(Value::Object(Map::new()));
     if let Value::Object(map) = &mut t {
@@ -208,6 +211,7 @@ fn clean_template(t: &Value) -> Value {
     t
 }
 
+#[cfg(test)]
 fn clean(v: &Value) -> Option<Value> {
     match v {
         Value::Null => None,
@@ -222,6 +226,78 @@ fn clean(v: &Value) -> Option<Value> {
             (!items.is_empty()).then(|| Value::Array(items.iter().filter_map(clean).collect()))
         }
         other => Some(other.clone()),
+    }
+}
+
+/// Serialises a template as `clean_template` leaves it, without building the cleaned copy.
+struct CleanTemplate<'a>(&'a Value);
+
+impl Serialize for CleanTemplate<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Some(Value::Object(map)) = present(Some(self.0)) else {
+            return match present(Some(self.0)) {
+                Some(other) => Clean(other).serialize(s),
+                None => s.collect_map(std::iter::empty::<(&str, &str)>()),
+            };
+        };
+        let top = map.iter().filter(|(k, v)| match k.as_str() {
+            "apiVersion" | "kind" | "status" => false,
+            "metadata" => match v {
+                Value::Object(meta) => meta
+                    .iter()
+                    .any(|(k, v)| k != "creationTimestamp" && present(Some(v)).is_some()),
+                other => present(Some(other)).is_some(),
+            },
+            _ => present(Some(v)).is_some(),
+        });
+        s.collect_map(top.map(|(k, v)| {
+            let value = match (k.as_str(), v) {
+                ("metadata", Value::Object(meta)) => CleanOr::Meta(meta),
+                _ => CleanOr::Clean(Clean(v)),
+            };
+            (k, value)
+        }))
+    }
+}
+
+enum CleanOr<'a> {
+    Clean(Clean<'a>),
+    /// Template metadata, without `creationTimestamp`.
+    Meta(&'a Map<String, Value>),
+}
+
+impl Serialize for CleanOr<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            CleanOr::Clean(c) => c.serialize(s),
+            CleanOr::Meta(meta) => s.collect_map(
+                meta.iter()
+                    .filter(|(k, v)| *k != "creationTimestamp" && present(Some(v)).is_some())
+                    .map(|(k, v)| (k, Clean(v))),
+            ),
+        }
+    }
+}
+
+/// Serialises a present value without its null and empty parts, as `clean` leaves it.
+struct Clean<'a>(&'a Value);
+
+impl Serialize for Clean<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(map) => s.collect_map(
+                map.iter()
+                    .filter(|(_, v)| present(Some(v)).is_some())
+                    .map(|(k, v)| (k, Clean(v))),
+            ),
+            Value::Array(items) => s.collect_seq(
+                items
+                    .iter()
+                    .filter(|v| present(Some(v)).is_some())
+                    .map(Clean),
+            ),
+            other => other.serialize(s),
+        }
     }
 }
 
@@ -408,7 +484,7 @@ fn diff_resources(
 /// set's order, cleaned of what the apiserver fills in, as compact JSON with sorted keys, so
 /// that the same templates always give the same string.
 pub fn desired_annotation(templates: &[Value]) -> Result<String, FieldError> {
-    let cleaned: Vec<Value> = templates.iter().map(clean_template).collect();
+    let cleaned: Vec<CleanTemplate<'_>> = templates.iter().map(CleanTemplate).collect();
     let text = serde_json::to_string(&cleaned).map_err(|e| {
         FieldError::invalid(
             TEMPLATES_PATH,
@@ -589,6 +665,36 @@ mod tests {
                 assert_eq!(same(Some(a), Some(b)), clean(a) == clean(b), "{a} vs {b}");
             }
             assert_eq!(same(Some(a), None), clean(a).is_none(), "{a} vs absent");
+        }
+    }
+
+    #[test]
+    fn templates_are_written_as_cleaned_copies_would_be() {
+        fn text(v: impl Serialize) -> String {
+            serde_json::to_string(&v).expect("json")
+        }
+        let values = [
+            json!(null),
+            json!({}),
+            json!([null, {}, 1]),
+            json!("x"),
+            json!({"a": [null, {"b": null}], "c": {"d": {}}, "e": 0}),
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "status": {"phase": "Bound"}}),
+            json!({"metadata": {"creationTimestamp": null}}),
+            json!({"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}),
+            json!({"metadata": {"creationTimestamp": "t", "name": "data", "labels": {}}}),
+            json!({"metadata": "odd", "spec": {"accessModes": [null, "ReadWriteOnce"]}}),
+            json!({"metadata": {"name": "data", "annotations": {"a": "\"quoted\""}},
+                "spec": {"resources": {"requests": {"storage": "1Gi"}, "limits": null},
+                    "volumeMode": "Filesystem", "selector": {"matchLabels": {}}}}),
+        ];
+        for v in &values {
+            let reference = serde_json::to_string(&clean_template(v)).expect("json");
+            assert_eq!(text(CleanTemplate(v)), reference, "{v}");
+            if let Some(cleaned) = clean(v) {
+                let reference = serde_json::to_string(&cleaned).expect("json");
+                assert_eq!(text(Clean(v)), reference, "{v}");
+            }
         }
     }
 
