@@ -13,6 +13,8 @@ pub mod watch;
 
 use std::sync::Arc;
 
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -28,7 +30,14 @@ pub struct ClusterView {
     namespaces: Store<Namespace>,
     stateful_sets: Store<StatefulSet>,
     claims: claims::ClaimCache,
+    synced: Synced,
 }
+
+/// Every cache's first complete list, awaited by one future that all waiters share.
+/// kube-runtime's `Store::wait_until_ready` keeps the waker of the last task that polled it
+/// only, so of two tasks waiting on one store (readiness and the controller), one was never
+/// woken and the webhook never became ready.
+type Synced = Shared<BoxFuture<'static, Result<(), NotSynced>>>;
 
 /// The write side of a [`ClusterView`], owned by whichever source fills it.
 pub struct ClusterWriters {
@@ -36,15 +45,36 @@ pub struct ClusterWriters {
     pub namespaces: Writer<Namespace>,
     pub stateful_sets: Writer<StatefulSet>,
     pub claims: claims::ClaimWriter,
+    synced: Synced,
 }
 
 impl ClusterWriters {
     pub fn new() -> Self {
+        let storage_classes = Writer::default();
+        let namespaces = Writer::default();
+        let stateful_sets = Writer::default();
+        let claims = claims::ClaimWriter::default();
+        let (classes_read, namespaces_read, sets_read, claims_read) = (
+            storage_classes.as_reader(),
+            namespaces.as_reader(),
+            stateful_sets.as_reader(),
+            claims.as_reader(),
+        );
+        let synced = async move {
+            let dropped = |_| NotSynced;
+            classes_read.wait_until_ready().await.map_err(dropped)?;
+            namespaces_read.wait_until_ready().await.map_err(dropped)?;
+            sets_read.wait_until_ready().await.map_err(dropped)?;
+            claims_read.wait_until_ready().await.map_err(|_| NotSynced)
+        }
+        .boxed()
+        .shared();
         Self {
-            storage_classes: Writer::default(),
-            namespaces: Writer::default(),
-            stateful_sets: Writer::default(),
-            claims: claims::ClaimWriter::default(),
+            storage_classes,
+            namespaces,
+            stateful_sets,
+            claims,
+            synced,
         }
     }
 
@@ -54,6 +84,7 @@ impl ClusterWriters {
             namespaces: self.namespaces.as_reader(),
             stateful_sets: self.stateful_sets.as_reader(),
             claims: self.claims.as_reader(),
+            synced: self.synced.clone(),
         }
     }
 
@@ -90,7 +121,7 @@ impl Default for ClusterWriters {
 }
 
 /// A cache of the view was dropped before it was filled.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("a cache of the cluster view was dropped before it was filled")]
 pub struct NotSynced;
 
@@ -241,21 +272,7 @@ impl ClusterView {
     /// Resolves once every cache has seen its initial list; an error when a cache's writer
     /// went away first.
     pub async fn wait_synced(&self) -> Result<(), NotSynced> {
-        let dropped = |_| NotSynced;
-        self.storage_classes
-            .wait_until_ready()
-            .await
-            .map_err(dropped)?;
-        self.namespaces.wait_until_ready().await.map_err(dropped)?;
-        self.stateful_sets
-            .wait_until_ready()
-            .await
-            .map_err(dropped)?;
-        self.claims
-            .wait_until_ready()
-            .await
-            .map_err(|_| NotSynced)?;
-        Ok(())
+        self.synced.clone().await
     }
 
     /// Object counts, for logs and readiness.
@@ -273,6 +290,30 @@ impl ClusterView {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn every_task_waiting_for_the_view_is_woken_when_it_syncs() {
+        let mut writers = ClusterWriters::new();
+        let view = writers.view();
+        // Two waiters, both parked before the caches fill, as readiness and the controller are.
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let view = writers.view();
+                tokio::spawn(async move { view.wait_synced().await.is_ok() })
+            })
+            .collect();
+        let third = view.clone();
+        let third = tokio::spawn(async move { third.wait_synced().await.is_ok() });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(waiters.iter().all(|w| !w.is_finished()) && !third.is_finished());
+        writers.replace_all(ClusterObjects::default());
+        for waiter in waiters.into_iter().chain([third]) {
+            let synced = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await;
+            assert!(matches!(synced, Ok(Ok(true))), "a waiter was never woken");
+        }
+    }
 
     #[test]
     fn lookups_find_objects_by_namespace_and_name() {

@@ -22,6 +22,7 @@ pub fn from_cluster(client: Client) -> (ClusterView, BoxFuture<'static, ()>) {
         mut namespaces,
         mut stateful_sets,
         mut claims,
+        ..
     } = writers;
     let driver = futures::future::join4(
         run::<StorageClass>(Api::all(client.clone()), move |e| {

@@ -9,6 +9,7 @@ use crate::support::controller::{
     CONTROLLER_NAMESPACE, RunningController, config, eventually, no_features,
 };
 use crate::support::fake_apiserver::FakeApiServer;
+use stateful_admission::controller::Features;
 
 fn holder(api: &FakeApiServer) -> Option<String> {
     api.get::<Lease>(CONTROLLER_NAMESPACE, "stateful-admission-controller")
@@ -59,4 +60,33 @@ async fn one_replica_leads_and_hands_over_on_release_and_on_crash() {
         .expect("lease");
     assert_eq!(lease.lease_transitions, Some(2));
     c.stop().await;
+}
+
+/// A stop that comes before the StatefulSet controller has its first list (SIGTERM right
+/// after start) ends the controller: kube-runtime would wait for that list forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_before_the_set_controller_has_listed_ends_it() {
+    let api = FakeApiServer::start().await;
+    const SET_LIST: &str = "/apis/apps/v1/statefulsets?&limit";
+    // The view lists StatefulSets first, then (once it has synced) the set controller.
+    let view_list = api.hold_next("GET", SET_LIST, 1);
+    let features = Features {
+        claim_rollout: true,
+        ..no_features()
+    };
+    let controller = RunningController::start(&api, config("replica-a", features));
+    view_list
+        .arrived(1, Duration::from_secs(15))
+        .await
+        .expect("the view lists StatefulSets");
+    let controller_list = api.hold_next("GET", SET_LIST, 1);
+    view_list.release();
+    controller_list
+        .arrived(1, Duration::from_secs(15))
+        .await
+        .expect("the set controller lists StatefulSets");
+    assert!(controller.is_leader());
+    // Stops within 10 s, releasing the Lease, while its list is still unanswered.
+    controller.stop().await;
+    assert_eq!(holder(&api), None, "the lease is released");
 }
