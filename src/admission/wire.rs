@@ -850,6 +850,26 @@ mod tests {
     }
 
     #[test]
+    fn numbers_no_f64_holds_are_refused_only_where_they_are_read() {
+        let huge = "1E400";
+        let unknown = review(json!({"metadata": {"name": "n", "unknownField": "HUGE"}}));
+        let body = serde_json::to_string(&unknown)
+            .expect("json")
+            .replace("\"HUGE\"", huge);
+        assert!(decode_review(body.as_bytes()).is_ok(), "read past: {body}");
+        let read = review(json!({"metadata": {"name": "n"}, "spec": {"x": "HUGE"}}));
+        let body = serde_json::to_string(&read)
+            .expect("json")
+            .replace("\"HUGE\"", huge);
+        let (e, uid) = error_of(body.as_bytes());
+        assert!(
+            e.starts_with("malformed AdmissionReview: request.object: number out of range"),
+            "{e}"
+        );
+        assert_eq!(uid.as_deref(), Some("u-1"));
+    }
+
+    #[test]
     fn objects_before_the_resource_decode_alike() {
         // The apiserver writes `resource` before the objects; another order decodes the same.
         let set = with_resource(
