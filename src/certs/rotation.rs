@@ -371,7 +371,6 @@ pub fn execute(
 mod tests {
     use super::*;
 
-    /// A UTC instant; test input only.
     use crate::certs::tests::utc;
     use rustls::client::WebPkiServerVerifier;
     use rustls::client::danger::ServerCertVerifier;

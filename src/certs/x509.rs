@@ -95,7 +95,6 @@ pub fn parse_der(der: &[u8]) -> Result<CertInfo, X509Error> {
 mod tests {
     use super::*;
 
-    /// A UTC instant; test input only.
     use crate::certs::tests::utc;
     use rcgen::{CertificateParams, DnType, KeyPair};
 

@@ -90,27 +90,27 @@ impl ClusterWriters {
 
     /// Replaces the whole content with `objects` and marks every cache synced.
     pub fn replace_all(&mut self, objects: ClusterObjects) {
-        fn load<K>(writer: &mut Writer<K>, items: Vec<K>)
-        where
-            K: Trim + kube::Resource + Clone + 'static,
-            K::DynamicType: Eq + std::hash::Hash + Clone,
-        {
-            writer.apply_watcher_event(&watcher::Event::Init);
+        fn load<K: Trim>(mut apply: impl FnMut(&watcher::Event<K>), items: Vec<K>) {
+            apply(&watcher::Event::Init);
             for mut item in items {
                 item.trim();
-                writer.apply_watcher_event(&watcher::Event::InitApply(item));
+                apply(&watcher::Event::InitApply(item));
             }
-            writer.apply_watcher_event(&watcher::Event::InitDone);
+            apply(&watcher::Event::InitDone);
         }
-        load(&mut self.storage_classes, objects.storage_classes);
-        load(&mut self.namespaces, objects.namespaces);
-        load(&mut self.stateful_sets, objects.stateful_sets);
-        self.claims.apply_watcher_event(&watcher::Event::Init);
-        for claim in objects.claims {
-            self.claims
-                .apply_watcher_event(&watcher::Event::InitApply(claim));
-        }
-        self.claims.apply_watcher_event(&watcher::Event::InitDone);
+        load(
+            |e| self.storage_classes.apply_watcher_event(e),
+            objects.storage_classes,
+        );
+        load(
+            |e| self.namespaces.apply_watcher_event(e),
+            objects.namespaces,
+        );
+        load(
+            |e| self.stateful_sets.apply_watcher_event(e),
+            objects.stateful_sets,
+        );
+        load(|e| self.claims.apply_watcher_event(e), objects.claims);
     }
 }
 
@@ -160,8 +160,7 @@ impl Trim for PersistentVolumeClaim {
 /// and labels) is dropped.
 impl Trim for StatefulSet {
     fn trim(&mut self) {
-        let set = self;
-        let meta = &mut set.metadata;
+        let meta = &mut self.metadata;
         meta.managed_fields = None;
         meta.labels = None;
         meta.owner_references = None;
@@ -175,8 +174,8 @@ impl Trim for StatefulSet {
                     .collect::<std::collections::BTreeMap<_, _>>()
             })
             .filter(|a| !a.is_empty());
-        let spec = std::mem::take(&mut set.spec);
-        set.spec = k8s_openapi::api::apps::v1::StatefulSetSpec {
+        let spec = std::mem::take(&mut self.spec);
+        self.spec = k8s_openapi::api::apps::v1::StatefulSetSpec {
             replicas: spec.replicas,
             ordinals: spec.ordinals,
             service_name: spec.service_name,
@@ -188,7 +187,7 @@ impl Trim for StatefulSet {
             }),
             ..Default::default()
         };
-        set.status = None;
+        self.status = None;
     }
 }
 

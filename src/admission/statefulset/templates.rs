@@ -234,11 +234,10 @@ struct CleanTemplate<'a>(&'a Value);
 
 impl Serialize for CleanTemplate<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let Some(Value::Object(map)) = present(Some(self.0)) else {
-            return match present(Some(self.0)) {
-                Some(other) => Clean(other).serialize(s),
-                None => s.collect_map(std::iter::empty::<(&str, &str)>()),
-            };
+        let map = match present(Some(self.0)) {
+            None => return s.collect_map(std::iter::empty::<(&str, &str)>()),
+            Some(Value::Object(map)) => map,
+            Some(other) => return Clean(other).serialize(s),
         };
         let top = map.iter().filter(|(k, v)| match k.as_str() {
             "apiVersion" | "kind" | "status" => false,
