@@ -4,7 +4,9 @@
 #   scripts/load.sh [bench|startup|rotation|faults|sigterm|all] [SECONDS]
 #
 #   bench     reviews vs a trivial route of the same server (examples/bench_server.rs), over
-#             HTTP/1.1 and HTTP/2 keep-alive, at 1k/s, 5k/s and saturation (SECONDS each, 15)
+#             HTTP/1.1 and HTTP/2 keep-alive, at 1k/s, 5k/s and saturation (SECONDS each, 15);
+#             at saturation the trivial route also gets each review's own body; every row
+#             gives the CPU time per request of the server and of oha
 #   startup   cold start to /readyz 200 and resident size with --state of 10,000 PVCs,
 #             2,000 StatefulSets, 50 StorageClasses (5 runs)
 #   rotation  SECONDS (60) of mixed reviews at 3k/s while the certificate is swapped by a
@@ -50,13 +52,27 @@ pvc_update=$fx/apiserver/pvc-update-expand-bound.validate.json
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# oha_run NAME URL BODY ARGS... -> one summary line, full JSON in target/load/NAME.json
+# CPU seconds (user + system) process $1 has used so far
+cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$1/stat"; }
+# CPU seconds used by the children this shell has waited for (a load tool run in the
+# foreground); `times` runs in this shell, not in a command substitution's subshell.
+children_cpu() {
+  times > "$work/times"
+  awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { v = $i; sub(/s$/, "", v); split(v, a, "m"); t += a[1] * 60 + a[2] } printf "%.2f", t }' "$work/times"
+}
+
+# oha_run NAME URL BODY ARGS... -> one summary line, full JSON in target/load/NAME.json.
+# With cpu_pid set (and oha in the foreground), the line also gives the CPU time per request
+# of that process (the server) and of oha, from /proc and the shell's children times.
 oha_run() {
   local name=$1 url=$2 body=$3
   shift 3
+  local srv0=0 srv1=0 tool0=0 tool1=0
+  if [ -n "${cpu_pid:-}" ]; then srv0=$(cpu_of "$cpu_pid"); children_cpu > "$work/tool0"; tool0=$(cat "$work/tool0"); fi
   "$oha" --no-tui --output-format json --insecure -w -m POST -T application/json -D "$body" "$@" "$url" \
     > "$out/$name.json" 2> "$out/$name.err" || true
-  python3 - "$out/$name.json" "$name" <<'PY'
+  if [ -n "${cpu_pid:-}" ]; then srv1=$(cpu_of "$cpu_pid"); children_cpu > "$work/tool1"; tool1=$(cat "$work/tool1"); fi
+  python3 - "$out/$name.json" "$name" "$srv0" "$srv1" "$tool0" "$tool1" <<'PY'
 import json, sys
 try:
     r = json.load(open(sys.argv[1]))
@@ -66,8 +82,13 @@ s, p = r["summary"], r["latencyPercentiles"]
 codes = r.get("statusCodeDistribution", {})
 errors = r.get("errorDistribution", {})
 ms = lambda v: f"{(v or 0) * 1e3:7.2f}"
+cpu = ""
+n = sum(codes.values())
+srv, tool = (float(b) - float(a) for a, b in (sys.argv[3:5], sys.argv[5:7]))
+if srv > 0 and n:
+    cpu = f"  cpu/req server {srv / n * 1e6:6.1f} us, oha {tool / n * 1e6:6.1f} us"
 print(f"{sys.argv[2]:<34} {s['requestsPerSec']:9.0f}/s  p50 {ms(p['p50'])} ms  p99 {ms(p['p99'])} ms  "
-      f"p99.9 {ms(p['p99.9'])} ms  codes {codes}  errors {errors}")
+      f"p99.9 {ms(p['p99.9'])} ms{cpu}  codes {codes}  errors {errors}")
 PY
 }
 
@@ -128,6 +149,7 @@ bench() {
   echo "== bench: $d s per row; server: examples/bench_server (same listener, TLS, router, timeout layer)"
   start_bench_server
   local base=https://$bench_addr
+  cpu_pid=$bench_pid
   for proto in h1 h2; do
     local conn=(-c 32)
     [ "$proto" = h2 ] && conn=(--http2 -c 4 -p 16)
@@ -135,11 +157,17 @@ bench() {
       local rate_args=(-q "$rate" --latency-correction)
       [ "$rate" = max ] && rate_args=()
       oha_run "bench-$proto-$rate-trivial" "$base/trivial" "$sts_update" -z "${d}s" "${conn[@]}" "${rate_args[@]}"
+      if [ "$rate" = max ]; then
+        # The baseline with each review's own body: TLS and HTTP cost grow with the body.
+        oha_run "bench-$proto-$rate-trivial-pvc-create" "$base/trivial" "$pvc_create" -z "${d}s" "${conn[@]}"
+        oha_run "bench-$proto-$rate-trivial-pvc-expand" "$base/trivial" "$pvc_update" -z "${d}s" "${conn[@]}"
+      fi
       oha_run "bench-$proto-$rate-sts-update" "$base/mutate" "$sts_update" -z "${d}s" "${conn[@]}" "${rate_args[@]}"
       oha_run "bench-$proto-$rate-pvc-create" "$base/mutate" "$pvc_create" -z "${d}s" "${conn[@]}" "${rate_args[@]}"
       oha_run "bench-$proto-$rate-pvc-expand" "$base/validate" "$pvc_update" -z "${d}s" "${conn[@]}" "${rate_args[@]}"
     done
   done
+  cpu_pid=
   echo "bench_server after the runs: $(python3 scripts/faults.py rss "$bench_pid")"
   stop "$bench_pid"
 }
