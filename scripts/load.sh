@@ -52,13 +52,13 @@ pvc_update=$fx/apiserver/pvc-update-expand-bound.validate.json
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# CPU seconds (user + system) process $1 has used so far
-cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$1/stat"; }
-# CPU seconds used by the children this shell has waited for (a load tool run in the
-# foreground); `times` runs in this shell, not in a command substitution's subshell.
-children_cpu() {
+# cpu_mark -> srv_cpu, tool_cpu: CPU seconds (user + system) used so far by process $cpu_pid
+# and by the children this shell has waited for (a load tool run in the foreground). Called
+# in this shell, not in a command substitution, whose subshell has children of its own.
+cpu_mark() {
+  srv_cpu=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$cpu_pid/stat")
   times > "$work/times"
-  awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { v = $i; sub(/s$/, "", v); split(v, a, "m"); t += a[1] * 60 + a[2] } printf "%.2f", t }' "$work/times"
+  tool_cpu=$(awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { v = $i; sub(/s$/, "", v); split(v, a, "m"); t += a[1] * 60 + a[2] } printf "%.2f", t }' "$work/times")
 }
 
 # oha_run NAME URL BODY ARGS... -> one summary line, full JSON in target/load/NAME.json.
@@ -68,10 +68,10 @@ oha_run() {
   local name=$1 url=$2 body=$3
   shift 3
   local srv0=0 srv1=0 tool0=0 tool1=0
-  if [ -n "${cpu_pid:-}" ]; then srv0=$(cpu_of "$cpu_pid"); children_cpu > "$work/tool0"; tool0=$(cat "$work/tool0"); fi
+  if [ -n "${cpu_pid:-}" ]; then cpu_mark; srv0=$srv_cpu; tool0=$tool_cpu; fi
   "$oha" --no-tui --output-format json --insecure -w -m POST -T application/json -D "$body" "$@" "$url" \
     > "$out/$name.json" 2> "$out/$name.err" || true
-  if [ -n "${cpu_pid:-}" ]; then srv1=$(cpu_of "$cpu_pid"); children_cpu > "$work/tool1"; tool1=$(cat "$work/tool1"); fi
+  if [ -n "${cpu_pid:-}" ]; then cpu_mark; srv1=$srv_cpu; tool1=$tool_cpu; fi
   python3 - "$out/$name.json" "$name" "$srv0" "$srv1" "$tool0" "$tool1" <<'PY'
 import json, sys
 try:

@@ -506,7 +506,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<'de, A> {
     }
 }
 
-/// `spec` as a JSON value, with its `template` kept raw when it is an object.
+/// `spec` as a JSON value; when `spec` is an object, its `template` is kept raw instead.
 struct SpecSeed;
 
 impl<'de> DeserializeSeed<'de> for SpecSeed {
