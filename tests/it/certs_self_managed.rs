@@ -240,7 +240,12 @@ fn both_bundles(api: &FakeApiServer) -> Vec<Vec<u8>> {
 /// A stored configuration without what the actor owns (caBundle) and what the server owns.
 fn without_ca_bundles(mut object: Value) -> Value {
     if let Some(meta) = object["metadata"].as_object_mut() {
-        for field in ["resourceVersion", "uid", "creationTimestamp"] {
+        for field in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "managedFields",
+        ] {
             meta.remove(field);
         }
     }

@@ -2,7 +2,11 @@
 //! each test pins one behaviour controller tests rely on.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+use base64::Engine;
+use futures::future::BoxFuture;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::admissionregistration::v1::{
@@ -24,9 +28,12 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use crate::support::fake_apiserver::admission::{
+    AdmissionHook, Attributes, CallError, FailurePolicy, Phase, Webhook,
+};
 use crate::support::fake_apiserver::{
     ChangeKind, FakeApiConfig, FakeApiServer, PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN,
-    resources,
+    StoreView, resources,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -389,12 +396,6 @@ async fn merge_and_json_patches_apply_with_preconditions() {
     maps.patch("cm", &PatchParams::default(), &Patch::Merge(&current))
         .await
         .expect("precondition holds");
-
-    let apply = api_error(
-        maps.patch("cm", &PatchParams::apply("test"), &Patch::Apply(&merge))
-            .await,
-    );
-    assert_eq!(apply.code, 415, "server-side apply is not implemented");
 }
 
 #[tokio::test]
@@ -1326,7 +1327,12 @@ async fn strategic_merge_merges_webhooks_by_name() {
             .await
             .expect(name);
             let strip = |mut v: Value| {
-                for field in ["resourceVersion", "uid", "creationTimestamp"] {
+                for field in [
+                    "resourceVersion",
+                    "uid",
+                    "creationTimestamp",
+                    "managedFields",
+                ] {
                     v["metadata"].as_object_mut().map(|m| m.remove(field));
                 }
                 v
@@ -1413,4 +1419,680 @@ async fn held_requests_race_on_release() {
     let mut codes = [code(first), code(second)];
     codes.sort_unstable();
     assert_eq!(codes, [200, 409], "same resourceVersion: one wins");
+}
+
+/// `(manager, operation, subresource, fieldsV1)` of each managedFields entry.
+fn ownership(object: &Value) -> Vec<(String, String, String, Value)> {
+    object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let text = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+            (
+                text("manager"),
+                text("operation"),
+                text("subresource"),
+                e["fieldsV1"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn managers(object: &Value) -> Vec<String> {
+    ownership(object).into_iter().map(|(m, ..)| m).collect()
+}
+
+/// Who owns `spec.volumeClaimTemplates`, by manager and operation.
+fn template_owners(object: &Value) -> Vec<(String, String)> {
+    ownership(object)
+        .into_iter()
+        .filter(|(.., fields)| fields.pointer("/f:spec/f:volumeClaimTemplates").is_some())
+        .map(|(m, op, ..)| (m, op))
+        .collect()
+}
+
+fn client_with_agent(api: &FakeApiServer, agent: &str) -> Client {
+    let mut config = kube::Config::new(api.url().parse().expect("url"));
+    config.default_namespace = "default".into();
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_str(agent).expect("agent"),
+    ));
+    Client::try_from(config).expect("client")
+}
+
+#[tokio::test]
+async fn managed_fields_name_the_writer_and_follow_each_write() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let params = PostParams {
+        field_manager: Some("creator".into()),
+        ..PostParams::default()
+    };
+    let created = sets
+        .create(&params, &statefulset("web"))
+        .await
+        .expect("create");
+    let created = serde_json::to_value(&created).expect("json");
+    let entries = ownership(&created);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let (manager, operation, subresource, fields) = &entries[0];
+    assert_eq!(
+        (manager.as_str(), operation.as_str(), subresource.as_str()),
+        ("creator", "Update", "")
+    );
+    assert_eq!(
+        created["metadata"]["managedFields"][0]["apiVersion"],
+        "apps/v1"
+    );
+    assert_eq!(
+        fields["f:spec"]["f:volumeClaimTemplates"],
+        json!({}),
+        "an atomic list is one leaf"
+    );
+    assert_eq!(
+        fields["f:spec"]["f:podManagementPolicy"],
+        json!({}),
+        "defaults are the creator's"
+    );
+    assert!(
+        fields.get("f:status").is_none(),
+        "status is not tracked on the main resource"
+    );
+    assert!(
+        fields["f:metadata"].get("f:name").is_none() && fields.get("f:apiVersion").is_none(),
+        "server-owned fields are not tracked"
+    );
+
+    // A patch with no fieldManager is named after the user agent's product token.
+    let helm3 =
+        Api::<StatefulSet>::default_namespaced(client_with_agent(&api, "Helm/3.17.0 (linux)"));
+    let patched = helm3
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"spec": {"replicas": 5}, "metadata": {"labels": {"team": "db"}}}),
+            ),
+        )
+        .await
+        .expect("patch");
+    let patched = serde_json::to_value(&patched).expect("json");
+    let helm_fields = ownership(&patched)
+        .into_iter()
+        .find(|(m, ..)| m == "Helm")
+        .expect("Helm's entry")
+        .3;
+    assert_eq!(
+        helm_fields,
+        json!({"f:metadata": {"f:labels": {".": {}, "f:team": {}}}, "f:spec": {"f:replicas": {}}})
+    );
+    let creator = ownership(&patched)
+        .into_iter()
+        .find(|(m, ..)| m == "creator")
+        .expect("creator's entry")
+        .3;
+    assert!(
+        creator["f:spec"].get("f:replicas").is_none(),
+        "a changed field moves to its writer"
+    );
+
+    // No fieldManager and no user agent: "unknown"; a status write is its own entry.
+    let mut status = patched.clone();
+    status["status"] = json!({"replicas": 2, "readyReplicas": 1});
+    let written = sets
+        .replace_status(
+            "web",
+            &PostParams::default(),
+            &serde_json::from_value::<StatefulSet>(status).expect("set"),
+        )
+        .await
+        .expect("status");
+    let written = serde_json::to_value(&written).expect("json");
+    let entry = ownership(&written)
+        .into_iter()
+        .find(|(_, _, sub, _)| sub == "status")
+        .expect("status entry");
+    assert_eq!(entry.0, "unknown");
+    assert_eq!(
+        entry.3,
+        json!({"f:status": {"f:readyReplicas": {}, "f:replicas": {}}})
+    );
+
+    // Nothing changes: nothing is written, not even a new time.
+    let before = api
+        .get_object(&resources::STATEFULSETS, "default", "web")
+        .expect("stored");
+    sets.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": 5}})),
+    )
+    .await
+    .expect("no-op patch");
+    assert_eq!(
+        api.get_object(&resources::STATEFULSETS, "default", "web"),
+        Some(before)
+    );
+}
+
+#[tokio::test]
+async fn managed_fields_sent_on_create_are_replaced_and_on_update_stand() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let journaled = json!([
+        {"manager": "helm", "operation": "Apply", "apiVersion": "apps/v1", "time": "2026-01-01T00:00:00Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:volumeClaimTemplates": {}}}},
+        {"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1", "time": "2026-01-02T00:00:00Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:team": {}}}}}
+    ]);
+    let mut body = serde_json::to_value(statefulset("web")).expect("json");
+    body["metadata"]["managedFields"] = journaled.clone();
+    let params = PostParams {
+        field_manager: Some("stateful-admission".into()),
+        ..PostParams::default()
+    };
+    let created = sets
+        .create(&params, &serde_json::from_value(body).expect("set"))
+        .await
+        .expect("create");
+    let created = serde_json::to_value(&created).expect("json");
+    // On create the creator takes every field the object has from the entries sent; an
+    // entry left owning only fields the object lacks survives, as upstream.
+    assert_eq!(managers(&created), ["kubectl", "stateful-admission"]);
+    assert_eq!(
+        template_owners(&created),
+        [("stateful-admission".to_owned(), "Update".to_owned())]
+    );
+    assert_eq!(
+        ownership(&created)[0].3,
+        json!({"f:metadata": {"f:labels": {"f:team": {}}}})
+    );
+
+    // An update that changes nothing but managedFields: the entries stand as given.
+    let restore = json!({"metadata": {"resourceVersion": created["metadata"]["resourceVersion"],
+                                      "managedFields": journaled}});
+    let restored = sets
+        .patch(
+            "web",
+            &PatchParams {
+                field_manager: Some("stateful-admission".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&restore),
+        )
+        .await
+        .expect("restore");
+    let restored = serde_json::to_value(&restored).expect("json");
+    assert_eq!(restored["metadata"]["managedFields"], journaled);
+    assert_eq!(
+        template_owners(&restored),
+        [("helm".to_owned(), "Apply".to_owned())]
+    );
+
+    // A write that also changes a field: that field moves to the writer, the rest stands.
+    let replicas = sets
+        .patch(
+            "web",
+            &PatchParams {
+                field_manager: Some("scaler".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&json!({"spec": {"replicas": 7}})),
+        )
+        .await
+        .expect("scale");
+    let replicas = serde_json::to_value(&replicas).expect("json");
+    let entries = ownership(&replicas);
+    assert_eq!(
+        entries.iter().map(|(m, ..)| m.as_str()).collect::<Vec<_>>(),
+        ["helm", "kubectl", "scaler"]
+    );
+    assert_eq!(
+        entries[0].3,
+        json!({"f:spec": {"f:volumeClaimTemplates": {}}})
+    );
+    assert_eq!(entries[2].3, json!({"f:spec": {"f:replicas": {}}}));
+
+    // `[]` resets managedFields; the writer then owns only what it changed.
+    let reset = sets
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"managedFields": []}})),
+        )
+        .await
+        .expect("reset");
+    assert!(reset.metadata.managed_fields.is_none());
+}
+
+fn applied_set(storage: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "annotations": {"team": "db"}},
+        "spec": {
+            "replicas": 2, "serviceName": "web",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}}}],
+        },
+    })
+}
+
+#[tokio::test]
+async fn server_side_apply_merges_owns_prunes_and_conflicts_like_the_apiserver() {
+    let api = FakeApiServer::start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let maps: Api<ConfigMap> = Api::default_namespaced(api.client());
+
+    // Options: a field manager is required; force only with apply.
+    let missing = api_error(
+        sets.patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Apply(&applied_set("1Gi")),
+        )
+        .await,
+    );
+    assert_eq!(missing.code, 422);
+    assert_eq!(
+        missing.message,
+        r#"PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch"#
+    );
+    maps.create(&PostParams::default(), &config_map("cm", json!({})))
+        .await
+        .expect("create");
+    let forced_merge = reqwest::Client::new()
+        .patch(format!(
+            "{}/api/v1/namespaces/default/configmaps/cm?force=true",
+            api.url()
+        ))
+        .header("content-type", "application/merge-patch+json")
+        .body("{}")
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(forced_merge.status(), 422);
+    let forced_merge: Value = forced_merge.json().await.expect("status");
+    assert_eq!(
+        forced_merge["message"],
+        r#"PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for non-apply patch"#
+    );
+
+    // An apply creates; the applier owns what it applied, not the defaults.
+    let created = sets
+        .patch(
+            "web",
+            &PatchParams::apply("helm"),
+            &Patch::Apply(&applied_set("1Gi")),
+        )
+        .await
+        .expect("apply creates");
+    let created = serde_json::to_value(&created).expect("json");
+    assert_eq!(
+        created["spec"]["podManagementPolicy"], "OrderedReady",
+        "defaulted"
+    );
+    let entries = ownership(&created);
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        (entries[0].0.as_str(), entries[0].1.as_str()),
+        ("helm", "Apply")
+    );
+    assert!(
+        entries[0].3["f:spec"]
+            .get("f:podManagementPolicy")
+            .is_none()
+    );
+    assert_eq!(entries[0].3["f:spec"]["f:volumeClaimTemplates"], json!({}));
+    let writes_before = api.writes().len();
+
+    // The same configuration again: no conflict, nothing changes.
+    sets.patch(
+        "web",
+        &PatchParams::apply("helm"),
+        &Patch::Apply(&applied_set("1Gi")),
+    )
+    .await
+    .expect("re-apply");
+    assert_eq!(
+        api.get_object(&resources::STATEFULSETS, "default", "web")
+            .expect("stored")["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"],
+        "an identical apply writes nothing"
+    );
+    assert_eq!(api.writes().len(), writes_before + 1);
+
+    // Another manager that owns the atomic list (here by replacing managedFields as a
+    // re-create without restore would leave them): an apply that changes the list conflicts.
+    let stored = api
+        .get_object(&resources::STATEFULSETS, "default", "web")
+        .expect("stored");
+    let taken = json!({"metadata": {"resourceVersion": stored["metadata"]["resourceVersion"],
+        "managedFields": [
+        {"manager": "unknown", "operation": "Update", "apiVersion": "apps/v1", "time": "2026-01-01T00:00:00Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:volumeClaimTemplates": {}, "f:replicas": {}}}}]}});
+    sets.patch("web", &PatchParams::default(), &Patch::Merge(&taken))
+        .await
+        .expect("ownership handed over");
+    let conflict = api_error(
+        sets.patch(
+            "web",
+            &PatchParams::apply("helm"),
+            &Patch::Apply(&applied_set("1Gi")),
+        )
+        .await,
+    );
+    assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        conflict.message,
+        r#"Apply failed with 1 conflict: conflict with "unknown" using apps/v1: .spec.volumeClaimTemplates"#,
+        "the stored list is defaulted, the applied one is not: the value differs"
+    );
+    let causes = conflict
+        .details
+        .as_ref()
+        .map(|d| d.causes.clone())
+        .unwrap_or_default();
+    assert_eq!(causes.len(), 1);
+    assert_eq!(causes[0].field, ".spec.volumeClaimTemplates");
+    assert_eq!(causes[0].reason, "FieldManagerConflict");
+    // Applying the value another manager owns, unchanged, is no conflict: replicas is 2.
+    let dry = sets
+        .patch(
+            "web",
+            &PatchParams::apply("helm").dry_run(),
+            &Patch::Apply(&json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                  "metadata": {"name": "web"}, "spec": {"replicas": 2}})),
+        )
+        .await
+        .expect("shared ownership of an equal value");
+    assert_eq!(dry.spec.replicas, Some(2));
+    // Forced: the applier takes the list; the dry run above stored nothing.
+    let forced = sets
+        .patch(
+            "web",
+            &PatchParams::apply("helm").force(),
+            &Patch::Apply(&applied_set("1Gi")),
+        )
+        .await
+        .expect("forced");
+    let forced = serde_json::to_value(&forced).expect("json");
+    assert_eq!(
+        template_owners(&forced),
+        [("helm".to_owned(), "Apply".to_owned())]
+    );
+    assert_eq!(
+        ownership(&forced)
+            .iter()
+            .find(|(m, ..)| m == "unknown")
+            .map(|e| e.3.clone()),
+        Some(json!({"f:spec": {"f:replicas": {}}})),
+        "the other manager keeps what was not taken"
+    );
+
+    // Fields the applier stops applying go, when nobody else owns them.
+    let mut fewer = applied_set("1Gi");
+    fewer["metadata"]
+        .as_object_mut()
+        .expect("meta")
+        .remove("annotations");
+    let pruned = sets
+        .patch("web", &PatchParams::apply("helm"), &Patch::Apply(&fewer))
+        .await
+        .expect("prune");
+    assert!(
+        !pruned.annotations().contains_key("team"),
+        "{:?}",
+        pruned.annotations()
+    );
+
+    // A dry-run apply answers the result and stores nothing.
+    let rv = api
+        .get_object(&resources::STATEFULSETS, "default", "web")
+        .expect("stored")["metadata"]["resourceVersion"]
+        .clone();
+    let mut bigger = applied_set("1Gi");
+    bigger["spec"]["replicas"] = json!(9);
+    let preview = sets
+        .patch(
+            "web",
+            &PatchParams::apply("helm").force().dry_run(),
+            &Patch::Apply(&bigger),
+        )
+        .await
+        .expect("dry run");
+    assert_eq!(preview.spec.replicas, Some(9));
+    let stored = api
+        .get_object(&resources::STATEFULSETS, "default", "web")
+        .expect("stored");
+    assert_eq!(stored["metadata"]["resourceVersion"], rv);
+    assert_eq!(stored["spec"]["replicas"], 2);
+}
+
+/// A test hook: records the reviews it gets; the mutating webhook adds a label and warns,
+/// the validating one denies objects labelled `deny`, and `broken` objects fail the call.
+struct RecordingHook {
+    reviews: std::sync::Mutex<Vec<Value>>,
+    failure_policy: FailurePolicy,
+}
+
+impl AdmissionHook for RecordingHook {
+    fn webhooks(
+        &self,
+        phase: Phase,
+        attributes: &Attributes<'_>,
+        _store: &StoreView<'_>,
+    ) -> Vec<Webhook> {
+        if !std::ptr::eq(attributes.resource, &resources::CONFIG_MAPS) {
+            return Vec::new();
+        }
+        vec![Webhook {
+            name: format!("{phase:?}.example.io").to_lowercase(),
+            phase,
+            endpoint: String::new(),
+            failure_policy: self.failure_policy,
+        }]
+    }
+
+    fn call(
+        &self,
+        webhook: &Webhook,
+        review: Value,
+    ) -> BoxFuture<'static, Result<Value, CallError>> {
+        self.reviews.lock().expect("reviews").push(review.clone());
+        let phase = webhook.phase;
+        Box::pin(async move {
+            let request = &review["request"];
+            let labels = &request["object"]["metadata"]["labels"];
+            if labels.get("broken").is_some() {
+                return Err(CallError("connection refused".into()));
+            }
+            let mut response = json!({"uid": request["uid"], "allowed": true});
+            match phase {
+                Phase::Mutating => {
+                    let patch =
+                        json!([{"op": "add", "path": "/metadata/labels/mutated", "value": "yes"}]);
+                    response["patch"] = json!(
+                        base64::engine::general_purpose::STANDARD
+                            .encode(serde_json::to_vec(&patch).expect("json"))
+                    );
+                    response["patchType"] = json!("JSONPatch");
+                    response["warnings"] = json!(["labelled \"mutated\""]);
+                }
+                Phase::Validating if labels.get("deny").is_some() => {
+                    response["allowed"] = json!(false);
+                    response["status"] =
+                        json!({"code": 403, "reason": "Forbidden", "message": "label deny is set"});
+                }
+                Phase::Validating => {}
+            }
+            Ok(
+                json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
+            )
+        })
+    }
+}
+
+#[tokio::test]
+async fn admission_hooks_see_reviews_mutate_deny_warn_and_fail_by_policy() {
+    let api = FakeApiServer::start().await;
+    let hook = Arc::new(RecordingHook {
+        reviews: std::sync::Mutex::new(Vec::new()),
+        failure_policy: FailurePolicy::Fail,
+    });
+    api.add_admission_hook(hook.clone());
+
+    // Through the HTTP surface, impersonating a user, to see the Warning header.
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!(
+            "{}/api/v1/namespaces/default/configmaps?fieldManager=tester",
+            api.url()
+        ))
+        .header("Impersonate-User", "jane")
+        .json(&config_map("cm", json!({"app": "x"})))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(response.status(), 201);
+    let warnings: Vec<String> = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().expect("ascii").to_owned())
+        .collect();
+    assert_eq!(warnings, [r#"299 - "labelled \"mutated\"""#]);
+    let created: Value = response.json().await.expect("json");
+    assert_eq!(created["metadata"]["labels"]["mutated"], "yes");
+    assert_eq!(
+        template_owners(&created),
+        Vec::<(String, String)>::new(),
+        "no templates here"
+    );
+    assert!(
+        ownership(&created)[0].3["f:metadata"]["f:labels"]
+            .get("f:mutated")
+            .is_none(),
+        "managedFields are computed before mutating admission: the webhook's label is nobody's"
+    );
+    {
+        let reviews = hook.reviews.lock().expect("reviews");
+        assert_eq!(reviews.len(), 2, "mutating, then validating");
+        let mutate = &reviews[0]["request"];
+        assert_eq!(reviews[0]["kind"], "AdmissionReview");
+        assert_eq!(mutate["operation"], "CREATE");
+        assert_eq!(
+            mutate["kind"],
+            json!({"group": "", "version": "v1", "kind": "ConfigMap"})
+        );
+        assert_eq!(
+            mutate["resource"],
+            json!({"group": "", "version": "v1", "resource": "configmaps"})
+        );
+        assert_eq!(mutate["requestResource"], mutate["resource"]);
+        assert_eq!(
+            (mutate["name"].as_str(), mutate["namespace"].as_str()),
+            (Some("cm"), Some("default"))
+        );
+        assert_eq!(mutate["userInfo"]["username"], "jane");
+        assert_eq!(mutate["oldObject"], Value::Null);
+        assert_eq!(mutate["dryRun"], false);
+        assert_eq!(
+            mutate["options"],
+            json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "tester"})
+        );
+        assert!(
+            mutate["object"]["metadata"].get("uid").is_none(),
+            "mutating webhooks run before the uid is set"
+        );
+        let validate = &reviews[1]["request"];
+        assert!(
+            validate["object"]["metadata"]["uid"].is_string(),
+            "validating ones after"
+        );
+        assert_eq!(validate["object"]["metadata"]["labels"]["mutated"], "yes");
+        assert_ne!(mutate["uid"], validate["uid"]);
+    }
+
+    // A denial becomes the response Status; nothing is stored.
+    let maps: Api<ConfigMap> = Api::default_namespaced(api.client());
+    let denied = api_error(
+        maps.patch(
+            "cm",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"deny": "1"}}})),
+        )
+        .await,
+    );
+    assert_eq!((denied.code, denied.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        denied.message,
+        r#"admission webhook "validating.example.io" denied the request: label deny is set"#
+    );
+    assert!(
+        !maps
+            .get("cm")
+            .await
+            .expect("get")
+            .labels()
+            .contains_key("deny")
+    );
+    let update = hook
+        .reviews
+        .lock()
+        .expect("reviews")
+        .last()
+        .cloned()
+        .expect("review");
+    assert_eq!(update["request"]["operation"], "UPDATE");
+    assert_eq!(update["request"]["oldObject"]["metadata"]["name"], "cm");
+    assert_eq!(update["request"]["options"]["kind"], "UpdateOptions");
+    assert_eq!(
+        update["request"]["userInfo"]["username"],
+        "kubernetes-admin"
+    );
+
+    // A failed call: failurePolicy Fail refuses the write...
+    let broken = config_map("broken", json!({"broken": "1"}));
+    let failed = api_error(maps.create(&PostParams::default(), &broken).await);
+    assert_eq!(failed.code, 500);
+    assert_eq!(
+        failed.message,
+        r#"Internal error occurred: failed calling webhook "mutating.example.io": connection refused"#
+    );
+    // ...and Ignore lets it through unchanged.
+    api.clear_admission_hooks();
+    api.add_admission_hook(Arc::new(RecordingHook {
+        reviews: std::sync::Mutex::new(Vec::new()),
+        failure_policy: FailurePolicy::Ignore,
+    }));
+    let passed = maps
+        .create(&PostParams::default(), &broken)
+        .await
+        .expect("ignored");
+    assert!(!passed.labels().contains_key("mutated"));
+
+    // Dry runs are reviewed too, and say so.
+    let hook = Arc::new(RecordingHook {
+        reviews: std::sync::Mutex::new(Vec::new()),
+        failure_policy: FailurePolicy::Fail,
+    });
+    api.clear_admission_hooks();
+    api.add_admission_hook(hook.clone());
+    maps.create(
+        &PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        },
+        &config_map("dry", json!({})),
+    )
+    .await
+    .expect("dry run");
+    assert!(maps.get_opt("dry").await.expect("get").is_none());
+    let reviews = hook.reviews.lock().expect("reviews");
+    assert_eq!(reviews[0]["request"]["dryRun"], true);
+    assert_eq!(reviews[0]["request"]["options"]["dryRun"], json!(["All"]));
 }

@@ -19,24 +19,39 @@
 //!   concurrency on `metadata.resourceVersion`. Strategic merge merges lists by their patch
 //!   merge key only where [`strategic`] lists them (the webhook configurations' `webhooks`
 //!   and `webhooks[].matchConditions`, by `name`); every other list is replaced as in a merge
-//!   patch. **Server-side apply is not implemented and answers 415 Unsupported Media Type**;
+//!   patch;
+//! - `metadata.managedFields` on every create, update, patch, apply and status write
+//!   ([`managed_fields`]): the manager is `fieldManager`, else the user agent's product
+//!   token, else `unknown`; on create the creator takes every field the object has from
+//!   any managedFields sent, on an update sent ones stand as given; lists are atomic leaves;
+//! - server-side apply ([`apply`]): `fieldManager` required, `force`, merge with lists
+//!   replaced whole, pruning, and 409 conflicts with the apiserver's message;
+//! - admission ([`admission`]): pluggable hooks get AdmissionReviews shaped like the
+//!   apiserver's for every CREATE and UPDATE, after managedFields are computed; mutating
+//!   patches are applied, denials and webhook failures (by failurePolicy) answered, warnings
+//!   sent as `Warning` headers;
 //! - `/status` subresources for statefulsets, claims and pods, isolated both ways;
 //! - the StatefulSet and PVC update validation and the defaulting our rules meet; Secrets
 //!   turn `stringData` into `data`, default to `Opaque`, keep their type, and a
 //!   `kubernetes.io/tls` Secret needs `tls.crt` and `tls.key`;
 //! - delete with uid/resourceVersion preconditions and the garbage collector's orphaning;
 //!   other propagation policies are only recorded: dependents are never deleted;
-//! - `dryRun=All` validates and answers without storing.
+//! - `dryRun=All` validates (and admits) and answers without storing.
 //!
-//! Not modelled: authentication, admission webhooks, namespace lifecycle (objects may be
-//! created in namespaces that do not exist; deleting a namespace deletes nothing else),
-//! pod graceful termination (pods go at once, as unscheduled pods do), the shared storage
-//! of core/v1 and events.k8s.io/v1 Events (they are two separate collections here),
-//! managedFields, quantity canonicalisation, and the webhook configurations' defaulting and
-//! validation (they are stored as sent).
+//! Not modelled: authentication (impersonation headers only name the user webhooks see),
+//! namespace lifecycle (objects may be created in namespaces that do not exist; deleting a
+//! namespace deletes nothing else), pod graceful termination (pods go at once, as
+//! unscheduled pods do), the shared storage of core/v1 and events.k8s.io/v1 Events (they are
+//! two separate collections here), associative lists in managedFields and apply, quantity
+//! canonicalisation, and the webhook configurations' defaulting and validation (they are
+//! stored as sent). Objects put with the store hooks ([`FakeApiServer::put_object`]) keep
+//! the managedFields they carry, as another controller's write would leave them.
 
+pub mod admission;
+mod apply;
 mod errors;
 mod http;
+pub mod managed_fields;
 mod registry;
 mod request_log;
 pub mod resources;
@@ -59,6 +74,7 @@ pub use resources::ResourceType;
 pub use store::{ChangeKind, StoreChange, StoreView};
 pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
 
+pub use admission::AdmissionHook;
 use request_log::{Fault, HoldRule, RequestLog};
 use store::{Store, meta_str, metadata_mut, namespace_and_name, typed};
 
@@ -105,6 +121,8 @@ struct Shared {
     log: Mutex<RequestLog>,
     faults: Mutex<Vec<Fault>>,
     holds: Mutex<Vec<HoldRule>>,
+    /// Admission in the write path, in order.
+    hooks: Mutex<Vec<Arc<dyn AdmissionHook>>>,
     /// Becomes true on shutdown; every stream ends.
     shutdown: signal::Sender<bool>,
     /// Bumped to end every open watch (clients reconnect).
@@ -135,6 +153,10 @@ impl Shared {
 
     fn holds(&self) -> MutexGuard<'_, Vec<HoldRule>> {
         lock(&self.holds)
+    }
+
+    fn hooks(&self) -> MutexGuard<'_, Vec<Arc<dyn AdmissionHook>>> {
+        lock(&self.hooks)
     }
 }
 
@@ -193,6 +215,7 @@ impl FakeApiServer {
             config: Mutex::new(config),
             faults: Mutex::new(Vec::new()),
             holds: Mutex::new(Vec::new()),
+            hooks: Mutex::new(Vec::new()),
             shutdown: signal::channel(false).0,
             disconnect: signal::channel(0).0,
         });
@@ -441,6 +464,16 @@ impl FakeApiServer {
             code: status_code,
             remaining: times,
         });
+    }
+
+    /// Puts `hook` in the write path, after the hooks added before (see [`admission`]).
+    pub fn add_admission_hook(&self, hook: Arc<dyn AdmissionHook>) {
+        self.shared.hooks().push(hook);
+    }
+
+    /// Takes every admission hook out of the write path.
+    pub fn clear_admission_hooks(&self) {
+        self.shared.hooks().clear();
     }
 
     /// Drops every pending injected failure.

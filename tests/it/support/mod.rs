@@ -2,6 +2,8 @@
 
 // Each test module uses a different part of the fake server's API.
 #[allow(dead_code)]
+pub mod admission_hook;
+#[allow(dead_code)]
 pub mod controller;
 #[allow(dead_code)]
 pub mod fake_apiserver;

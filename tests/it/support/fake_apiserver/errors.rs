@@ -135,6 +135,53 @@ impl ApiError {
         )
     }
 
+    /// A 422 about the request's options (`PatchOptions`, `CreateOptions`), as
+    /// `errors.NewInvalid` renders it for the `meta.k8s.io` group.
+    pub fn invalid_options(kind: &str, errors: &[FieldError]) -> Self {
+        let rendered: Vec<String> = errors.iter().map(FieldError::to_string).collect();
+        let summary = match rendered.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let causes: Vec<Value> = errors
+            .iter()
+            .map(|e| json!({"reason": e.kind.cause_reason(), "message": e.body(), "field": e.path}))
+            .collect();
+        Self::new(
+            422,
+            "Invalid",
+            format!("{kind}.meta.k8s.io \"\" is invalid: {summary}"),
+        )
+        .with_details(json!({"group": "meta.k8s.io", "kind": kind, "causes": causes}))
+    }
+
+    /// A server-side apply conflict (`errors.NewApplyConflict`): 409 with one cause per field.
+    pub fn apply_conflict(message: String, causes: Vec<Value>) -> Self {
+        Self::new(409, "Conflict", message).with_details(json!({"causes": causes}))
+    }
+
+    /// A denial by an admission webhook, or its failure (`webhookerrors.ToStatusErr`): the
+    /// webhook's code (at least 400), reason and details.
+    pub fn from_webhook(code: u16, reason: &str, message: String, details: Option<Value>) -> Self {
+        let reason = match reason {
+            "BadRequest" => "BadRequest",
+            "Forbidden" => "Forbidden",
+            "Invalid" => "Invalid",
+            "Conflict" => "Conflict",
+            "NotFound" => "NotFound",
+            "AlreadyExists" => "AlreadyExists",
+            "InternalError" => "InternalError",
+            "TooManyRequests" => "TooManyRequests",
+            _ => "",
+        };
+        Self {
+            code: code.max(400),
+            reason,
+            message,
+            details,
+        }
+    }
+
     /// A JSON patch that does not apply (a failed `test`, a missing path).
     pub fn unprocessable_patch(message: impl Into<String>) -> Self {
         Self::new(422, "Invalid", message)
@@ -155,7 +202,8 @@ impl ApiError {
             "UnsupportedMediaType",
             format!(
                 "the body of the request was in an unknown format ({content_type}) - accepted media types include: \
-                 application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+                 application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, \
+                 application/strategic-merge-patch+json"
             ),
         )
     }

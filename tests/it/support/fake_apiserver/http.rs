@@ -16,8 +16,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Shared;
+use super::admission::{self, UserInfo, WriteBody, WriteRequest};
+use super::apply;
 use super::errors::ApiError;
-use super::registry::{self, DeleteOptions, PatchKind, Target, Update};
+use super::registry::{self, DeleteOptions, PatchKind, Target, Writer};
 use super::request_log::{RecordedRequest, take_fault, take_hold};
 use super::resources::ResourceType;
 use super::selectors::Selection;
@@ -141,6 +143,36 @@ struct Params {
     timeout_seconds: Option<String>,
     dry_run: Option<String>,
     propagation_policy: Option<String>,
+    field_manager: Option<String>,
+    force: Option<String>,
+}
+
+/// The field manager of a write (`managerOrUserAgent`): `fieldManager`, else the product
+/// token of the user agent (what precedes the first `/`, printable, at most 128 bytes),
+/// else `unknown`.
+fn manager_of(params: &Params, headers: &HeaderMap) -> String {
+    if let Some(manager) = params.field_manager.as_deref().filter(|m| !m.is_empty()) {
+        return manager.to_owned();
+    }
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mut prefix = String::new();
+    for c in agent.split('/').next().unwrap_or("").chars() {
+        if c.is_control() {
+            continue;
+        }
+        if prefix.len() + c.len_utf8() > 128 {
+            break;
+        }
+        prefix.push(c);
+    }
+    if prefix.is_empty() {
+        "unknown".to_owned()
+    } else {
+        prefix
+    }
 }
 
 fn flag(value: Option<&String>) -> bool {
@@ -206,7 +238,7 @@ async fn serve_resource(
 ) -> Response {
     let result = match query {
         Ok(Query(params_q)) => match Address::resolve(params) {
-            Ok(address) => dispatch(&shared, &method, &address, &params_q, &headers, &body),
+            Ok(address) => dispatch(&shared, &method, &address, &params_q, &headers, &body).await,
             Err(e) => Err(e),
         },
         Err(rejection) => Err(ApiError::bad_request(rejection.body_text())),
@@ -214,7 +246,7 @@ async fn serve_resource(
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-fn dispatch(
+async fn dispatch(
     shared: &Arc<Shared>,
     method: &Method,
     address: &Address,
@@ -288,47 +320,49 @@ fn dispatch(
             Ok(json_response(StatusCode::OK, object))
         }
         (&Method::POST, None) => {
-            let created = {
-                let config = shared.config();
-                registry::create(
-                    &mut shared.store(),
-                    &config,
-                    resource,
-                    address.namespace.as_deref(),
-                    body,
-                    dry_run,
-                )?
-            };
-            Ok(json_response(StatusCode::CREATED, &created))
-        }
-        (&Method::PUT, Some(name)) => {
-            let update = Update {
-                resource,
-                namespace,
-                name,
-                target: address.target,
+            let object = registry::parse_object(body)?;
+            write(
+                shared,
+                address,
+                params,
+                headers,
                 dry_run,
-            };
-            let config = shared.config();
-            let updated = registry::replace(&mut shared.store(), &config, &update, body)?;
-            Ok(json_response(StatusCode::OK, &updated))
+                WriteBody::Create(object),
+            )
+            .await
         }
-        (&Method::PATCH, Some(name)) => {
+        (&Method::PUT, Some(_)) => {
+            let object = registry::parse_object(body)?;
+            write(
+                shared,
+                address,
+                params,
+                headers,
+                dry_run,
+                WriteBody::Replace(object),
+            )
+            .await
+        }
+        (&Method::PATCH, Some(_)) => {
             let content_type = headers
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             let kind = PatchKind::from_content_type(content_type)?;
-            let update = Update {
-                resource,
-                namespace,
-                name,
-                target: address.target,
-                dry_run,
+            let force = flag(params.force.as_ref());
+            apply::check_options(
+                kind == PatchKind::Apply,
+                params.field_manager.as_deref(),
+                force,
+            )?;
+            let write_body = match kind {
+                PatchKind::Apply => WriteBody::Apply {
+                    config: apply::parse(body)?,
+                    force,
+                },
+                other => WriteBody::Patch(other, body.to_vec()),
             };
-            let config = shared.config();
-            let patched = registry::patch(&mut shared.store(), &config, &update, kind, body)?;
-            Ok(json_response(StatusCode::OK, &patched))
+            write(shared, address, params, headers, dry_run, write_body).await
         }
         (&Method::DELETE, Some(name)) if address.target == Target::Main => {
             let options =
@@ -362,6 +396,44 @@ fn dispatch(
         }
         (method, _) => Err(ApiError::method_not_allowed(method.as_str())),
     }
+}
+
+/// A create, replace, patch or apply, through admission.
+async fn write(
+    shared: &Arc<Shared>,
+    address: &Address,
+    params: &Params,
+    headers: &HeaderMap,
+    dry_run: bool,
+    body: WriteBody,
+) -> Result<Response, ApiError> {
+    let manager = manager_of(params, headers);
+    let request = WriteRequest {
+        resource: address.resource,
+        namespace: address.namespace.as_deref(),
+        name: address.name.as_deref(),
+        target: address.target,
+        writer: Writer {
+            manager: &manager,
+            dry_run,
+        },
+        field_manager: params.field_manager.as_deref(),
+        user: UserInfo::from_headers(headers),
+        body,
+    };
+    let written = admission::write(shared, &request).await?;
+    let code = if written.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let mut response = json_response(code, &written.object);
+    for warning in &written.warnings {
+        if let Ok(value) = header::HeaderValue::from_str(&admission::warning_header(warning)) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    Ok(response)
 }
 
 fn json_response(code: StatusCode, body: &Value) -> Response {

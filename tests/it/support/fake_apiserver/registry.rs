@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::FakeApiConfig;
 use super::errors::{ApiError, FieldError};
+use super::managed_fields;
 use super::resources::{self, ResourceType};
 use super::store::{Store, meta_str, metadata_mut, namespace_and_name, set_meta};
 use super::strategic;
@@ -28,17 +29,19 @@ pub enum PatchKind {
     /// Strategic merge: lists with a patch merge key are merged by it where
     /// [`strategic`](super::strategic) covers them; elsewhere it acts as a JSON merge patch.
     Strategic,
+    /// Server-side apply ([`apply`](super::apply)).
+    Apply,
 }
 
 impl PatchKind {
-    /// The patch type for a request's content type. Server-side apply
-    /// (`application/apply-patch+yaml`) is not implemented and gets 415.
+    /// The patch type for a request's content type.
     pub fn from_content_type(content_type: &str) -> Result<Self, ApiError> {
         let media = content_type.split(';').next().unwrap_or("").trim();
         match media {
             "application/json-patch+json" => Ok(Self::Json),
             "application/merge-patch+json" => Ok(Self::Merge),
             "application/strategic-merge-patch+json" => Ok(Self::Strategic),
+            "application/apply-patch+yaml" => Ok(Self::Apply),
             other => Err(ApiError::unsupported_media_type(other)),
         }
     }
@@ -99,15 +102,25 @@ pub struct DeleteOutcome {
 /// The finalizer that makes the garbage collector orphan dependents first.
 pub const ORPHAN_FINALIZER: &str = "orphan";
 
-pub fn create(
+/// Who writes: the field manager (already resolved from `fieldManager` or the user agent).
+#[derive(Debug, Clone, Copy)]
+pub struct Writer<'a> {
+    pub manager: &'a str,
+    pub dry_run: bool,
+}
+
+/// The first stage of a create, up to what mutating admission sees: the object parsed,
+/// named, defaulted, with its initial status and managedFields (the creator owns every
+/// field). Identity (uid, creationTimestamp, generation) comes in [`complete_create`], as the
+/// registry's `BeforeCreate` runs after mutating admission.
+pub fn prepare_create(
     store: &mut Store,
     config: &FakeApiConfig,
     resource: &'static ResourceType,
     namespace: Option<&str>,
-    body: &[u8],
-    dry_run: bool,
+    mut object: Value,
+    writer: Writer<'_>,
 ) -> Result<Value, ApiError> {
-    let mut object = parse_object(body)?;
     check_type(&mut object, resource)?;
     match (resource.namespaced, namespace) {
         (true, None) => return Err(ApiError::method_not_allowed("POST")),
@@ -143,34 +156,65 @@ pub fn create(
     if !errors.is_empty() {
         return Err(ApiError::invalid(resource, &name, &errors));
     }
-
-    let uid = store.new_uid();
     let meta = metadata_mut(&mut object);
     meta.insert("name".into(), json!(name));
     for server_owned in [
         "uid",
+        "creationTimestamp",
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
         "generation",
-        "managedFields",
     ] {
         meta.remove(server_owned);
-    }
-    meta.insert("uid".into(), json!(uid));
-    meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
-    if resource.tracks_generation {
-        meta.insert("generation".into(), json!(1));
     }
     if let Some(status) = initial_status(resource) {
         object["status"] = status;
     }
     apply_defaults(config, resource, None, &mut object);
+    let now = now_rfc3339();
+    managed_fields::update(
+        None,
+        &mut object,
+        &managed_fields::Writer {
+            manager: writer.manager,
+            api_version: &resource.api_version(),
+            tracking: tracking(resource, Target::Main),
+            now: &now,
+        },
+    );
+    Ok(object)
+}
+
+/// After mutating admission: identity and built-in validation; what validating admission
+/// sees.
+pub fn complete_create(
+    store: &mut Store,
+    resource: &'static ResourceType,
+    mut object: Value,
+) -> Result<Value, ApiError> {
+    let uid = store.new_uid();
+    let meta = metadata_mut(&mut object);
+    meta.insert("uid".into(), json!(uid));
+    meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+    if resource.tracks_generation {
+        meta.insert("generation".into(), json!(1));
+    }
     let errors = validate_create(resource, &object);
     if !errors.is_empty() {
+        let (_, name) = namespace_and_name(&object);
         return Err(ApiError::invalid(resource, &name, &errors));
     }
+    Ok(object)
+}
 
-    let (ns, _) = namespace_and_name(&object);
+/// Stores a created object (or, on a dry run, only answers it).
+pub fn commit_create(
+    store: &mut Store,
+    resource: &'static ResourceType,
+    object: Value,
+    dry_run: bool,
+) -> Result<Value, ApiError> {
+    let (ns, name) = namespace_and_name(&object);
     if store.get(resource, &ns, &name).is_some() {
         return Err(ApiError::already_exists(resource, &name));
     }
@@ -180,6 +224,15 @@ pub fn create(
     Ok(store.commit_upsert(resource, object))
 }
 
+/// How the field manager tracks a write to `target` of `resource`.
+pub fn tracking(resource: &ResourceType, target: Target) -> managed_fields::Tracking {
+    match target {
+        Target::Status => managed_fields::Tracking::Status,
+        Target::Main if resource.status_subresource => managed_fields::Tracking::Main,
+        Target::Main => managed_fields::Tracking::Whole,
+    }
+}
+
 /// An update (PUT or PATCH) of one existing object.
 #[derive(Debug, Clone, Copy)]
 pub struct Update<'a> {
@@ -187,11 +240,11 @@ pub struct Update<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub target: Target,
-    pub dry_run: bool,
+    pub writer: Writer<'a>,
 }
 
 impl Update<'_> {
-    fn current(&self, store: &Store) -> Result<Value, ApiError> {
+    pub fn current(&self, store: &Store) -> Result<Value, ApiError> {
         store
             .get(self.resource, self.namespace, self.name)
             .cloned()
@@ -199,25 +252,13 @@ impl Update<'_> {
     }
 }
 
-pub fn replace(
-    store: &mut Store,
-    config: &FakeApiConfig,
-    request: &Update<'_>,
-    body: &[u8],
-) -> Result<Value, ApiError> {
-    let current = request.current(store)?;
-    let new = parse_object(body)?;
-    update(store, config, request, &current, new)
-}
-
-pub fn patch(
-    store: &mut Store,
-    config: &FakeApiConfig,
-    request: &Update<'_>,
+/// The object a patch of `kind` makes of `current`.
+pub fn patched(
+    resource: &ResourceType,
+    current: &Value,
     kind: PatchKind,
     body: &[u8],
 ) -> Result<Value, ApiError> {
-    let current = request.current(store)?;
     let patch: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     let mut new = current.clone();
@@ -228,7 +269,8 @@ pub fn patch(
             json_patch::patch(&mut new, &ops)
                 .map_err(|e| ApiError::unprocessable_patch(e.to_string()))?;
         }
-        PatchKind::Strategic => strategic::apply(request.resource, &mut new, &patch)?,
+        PatchKind::Strategic => strategic::apply(resource, &mut new, &patch)?,
+        PatchKind::Apply => return Err(ApiError::internal("an apply is not a patch")),
         PatchKind::Merge => {
             if !patch.is_object() {
                 return Err(ApiError::bad_request(
@@ -238,12 +280,45 @@ pub fn patch(
             json_patch::merge(&mut new, &patch);
         }
     }
-    update(store, config, request, &current, new)
+    Ok(new)
 }
 
-/// The shared tail of replace and patch: preconditions, strategy, validation, commit.
-fn update(
-    store: &mut Store,
+/// The first stage of replace and patch, up to what mutating admission sees: the strategy
+/// ([`strategy_update`]), then managedFields.
+pub fn prepare_update(
+    config: &FakeApiConfig,
+    request: &Update<'_>,
+    current: &Value,
+    new: Value,
+) -> Result<Value, ApiError> {
+    let resource = request.resource;
+    let mut updated = strategy_update(config, request, current, new)?;
+    if request.target == Target::Status {
+        // A status write cannot set managedFields: the live ones stay.
+        match current.pointer("/metadata/managedFields") {
+            Some(live) => set_meta(&mut updated, "managedFields", live.clone()),
+            None => {
+                metadata_mut(&mut updated).remove("managedFields");
+            }
+        }
+    }
+    let now = now_rfc3339();
+    managed_fields::update(
+        Some(current),
+        &mut updated,
+        &managed_fields::Writer {
+            manager: request.writer.manager,
+            api_version: &resource.api_version(),
+            tracking: tracking(resource, request.target),
+            now: &now,
+        },
+    );
+    Ok(updated)
+}
+
+/// Name and namespace, preconditions, the strategy (status isolation, server-owned
+/// fields) and defaulting of an update.
+pub fn strategy_update(
     config: &FakeApiConfig,
     request: &Update<'_>,
     current: &Value,
@@ -329,32 +404,57 @@ fn update(
                 }
             }
             apply_defaults(config, resource, Some(current), &mut new);
-            let errors = validate_update(config, resource, current, &new);
-            if !errors.is_empty() {
-                return Err(ApiError::invalid(resource, &name, &errors));
-            }
-            if resource.tracks_generation && current.get("spec") != new.get("spec") {
-                let generation = current
-                    .pointer("/metadata/generation")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                set_meta(&mut new, "generation", json!(generation + 1));
-            }
             new
         }
     };
     set_meta(&mut updated, "resourceVersion", json!(current_rv));
+    Ok(updated)
+}
 
-    // An update that changes nothing is not written: no new resourceVersion, no event.
-    if &updated == current || request.dry_run {
+/// After mutating admission: built-in validation and generation; what validating
+/// admission sees.
+pub fn complete_update(
+    config: &FakeApiConfig,
+    request: &Update<'_>,
+    current: &Value,
+    mut updated: Value,
+) -> Result<Value, ApiError> {
+    let resource = request.resource;
+    if request.target == Target::Main {
+        let errors = validate_update(config, resource, current, &updated);
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(resource, request.name, &errors));
+        }
+        if resource.tracks_generation && current.get("spec") != updated.get("spec") {
+            let generation = current
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            set_meta(&mut updated, "generation", json!(generation + 1));
+        }
+    }
+    managed_fields::ignore_time_only_changes(current, &mut updated);
+    Ok(updated)
+}
+
+/// Stores an updated object; an update that changes nothing is not written (no new
+/// resourceVersion, no event), nor is a dry run.
+pub fn commit_update(
+    store: &mut Store,
+    request: &Update<'_>,
+    current: &Value,
+    updated: Value,
+) -> Result<Value, ApiError> {
+    if &updated == current || request.writer.dry_run {
         return Ok(updated);
     }
+    let (namespace, name) = namespace_and_name(current);
     if is_deleting(&updated) && finalizers(&updated).is_empty() {
         return Ok(store
-            .commit_delete(resource, &namespace, &name)
+            .commit_delete(request.resource, &namespace, &name)
             .unwrap_or(updated));
     }
-    Ok(store.commit_upsert(resource, updated))
+    Ok(store.commit_upsert(request.resource, updated))
 }
 
 pub fn delete(
@@ -558,7 +658,7 @@ fn finalizers(object: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn parse_object(body: &[u8]) -> Result<Value, ApiError> {
+pub fn parse_object(body: &[u8]) -> Result<Value, ApiError> {
     let object: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
     })?;

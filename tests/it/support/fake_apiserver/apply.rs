@@ -1,0 +1,210 @@
+//! Server-side apply (`PATCH` with `application/apply-patch+yaml`, kube's `Patch::Apply`),
+//! as `k8s.io/apiserver/pkg/endpoints/handlers/patch.go` and structured-merge-diff's
+//! `Updater.Apply` do it, within the limits of [`super::managed_fields`]:
+//!
+//! - `fieldManager` is required (422 `PatchOptions.meta.k8s.io "" is invalid: fieldManager:
+//!   Required value: is required for apply patch`); `force=true` takes conflicting fields;
+//!   `force` on any other patch is forbidden;
+//! - the body (YAML or JSON) must name the served `apiVersion` and `kind`, and the object of
+//!   the URL; it may not carry `metadata.managedFields`;
+//! - the configuration is merged into the live object: maps merge key by key, and every
+//!   other value — lists included — is replaced whole. Real associative lists (containers,
+//!   ports, conditions) merge item by item; for the objects these tests apply, whose only
+//!   list that matters is the atomic `spec.volumeClaimTemplates`, replacing is the same;
+//! - fields the applier applied last time and no longer applies are removed when no other
+//!   manager owns them; fields whose value the apply changes move to the applier, or, when
+//!   another manager owns one and `force` is off, nothing is written and the answer is 409
+//!   with the apiserver's message (`Apply failed with 1 conflict: conflict with "helm" using
+//!   apps/v1: .spec.volumeClaimTemplates`) and one `FieldManagerConflict` cause per field;
+//! - the merged object is defaulted afterwards, so defaults are not the applier's;
+//! - an apply to an object that does not exist creates it (admission sees a CREATE);
+//! - `dryRun=All` answers the result without storing it.
+
+use serde_json::{Value, json};
+
+use super::FakeApiConfig;
+use super::errors::{ApiError, FieldError};
+use super::managed_fields::{self, Conflict, FieldSet, Tracking};
+use super::registry::{self, Target, Update, Writer};
+use super::resources::ResourceType;
+use super::store::{Store, meta_str};
+
+/// Checks the options of a patch: `fieldManager` for apply, `force` only with apply.
+pub fn check_options(is_apply: bool, manager: Option<&str>, force: bool) -> Result<(), ApiError> {
+    let error = if is_apply && manager.is_none_or(str::is_empty) {
+        FieldError::required("fieldManager", "is required for apply patch")
+    } else if !is_apply && force {
+        FieldError::forbidden("force", "may not be specified for non-apply patch")
+    } else {
+        return Ok(());
+    };
+    Err(ApiError::invalid_options("PatchOptions", &[error]))
+}
+
+/// The applied configuration: YAML, of which JSON is a part.
+pub fn parse(body: &[u8]) -> Result<Value, ApiError> {
+    let config: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(_) => {
+            let text = std::str::from_utf8(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+            serde_saphyr::from_str(text)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+        }
+    };
+    if !config.is_object() {
+        return Err(ApiError::bad_request(
+            "error decoding YAML: the applied configuration must be an object",
+        ));
+    }
+    Ok(config)
+}
+
+fn check_config(resource: &ResourceType, config: &Value, name: &str) -> Result<(), ApiError> {
+    let text = |k: &str| config.get(k).and_then(Value::as_str).unwrap_or("");
+    if text("apiVersion").is_empty() || text("kind").is_empty() {
+        return Err(ApiError::bad_request(
+            "apiVersion and kind must be set in the applied configuration",
+        ));
+    }
+    if text("apiVersion") != resource.api_version() || text("kind") != resource.kind {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({}) does not match the expected API version ({})",
+            text("apiVersion"),
+            resource.api_version()
+        )));
+    }
+    match meta_str(config, "name") {
+        Some(given) if given == name => {}
+        given => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                given.unwrap_or("")
+            )));
+        }
+    }
+    if config.pointer("/metadata/managedFields").is_some() {
+        return Err(ApiError::bad_request(
+            "metadata.managedFields must be nil in an applied configuration",
+        ));
+    }
+    Ok(())
+}
+
+/// Merges `config` into `target`: maps key by key, anything else replaced.
+pub fn merge(target: &mut Value, config: &Value) {
+    match (target.as_object_mut(), config.as_object()) {
+        (Some(t), Some(c)) => {
+            for (key, value) in c {
+                match t.get_mut(key) {
+                    Some(existing) => merge(existing, value),
+                    None => {
+                        t.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+        _ => *target = config.clone(),
+    }
+}
+
+/// The part of the configuration the write addresses (`status` is reset on the main
+/// resource of a type with a status subresource, and only `status` counts on it).
+fn scoped(config: &Value, tracking: Tracking) -> Value {
+    let mut out = config.clone();
+    if let Some(map) = out.as_object_mut() {
+        match tracking {
+            Tracking::Whole => {}
+            Tracking::Main => {
+                map.remove("status");
+            }
+            Tracking::Status => map
+                .retain(|k, _| matches!(k.as_str(), "status" | "apiVersion" | "kind" | "metadata")),
+        }
+        if tracking == Tracking::Status
+            && let Some(Value::Object(meta)) = map.get_mut("metadata")
+        {
+            meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace"));
+        }
+    }
+    out
+}
+
+fn conflict_error(conflicts: &[Conflict]) -> ApiError {
+    let causes: Vec<Value> = conflicts
+        .iter()
+        .map(|c| {
+            json!({"reason": "FieldManagerConflict",
+                   "message": format!("conflict with {}", c.manager),
+                   "field": FieldSet::render(&c.path)})
+        })
+        .collect();
+    ApiError::apply_conflict(managed_fields::conflict_message(conflicts), causes)
+}
+
+/// An apply to an existing object: the updated object, before admission.
+pub fn apply_update(
+    config: &FakeApiConfig,
+    request: &Update<'_>,
+    current: &Value,
+    applied: &Value,
+    force: bool,
+) -> Result<Value, ApiError> {
+    let resource = request.resource;
+    check_config(resource, applied, request.name)?;
+    let tracking = registry::tracking(resource, request.target);
+    let applied = scoped(applied, tracking);
+    let mut merged = current.clone();
+    merge(&mut merged, &applied);
+    let now = registry::now_rfc3339();
+    managed_fields::apply(
+        Some(current),
+        &mut merged,
+        managed_fields::field_set(&managed_fields::tracked(&applied, tracking)),
+        &managed_fields::Writer {
+            manager: request.writer.manager,
+            api_version: &resource.api_version(),
+            tracking,
+            now: &now,
+        },
+        force,
+    )
+    .map_err(|conflicts| conflict_error(&conflicts))?;
+    registry::strategy_update(config, request, current, merged)
+}
+
+/// An apply that creates the object: the created object, before admission; the applier
+/// owns what it applied (defaults are nobody's).
+pub fn apply_create(
+    store: &mut Store,
+    config: &FakeApiConfig,
+    resource: &'static ResourceType,
+    namespace: Option<&str>,
+    name: &str,
+    applied: &Value,
+    writer: Writer<'_>,
+) -> Result<Value, ApiError> {
+    check_config(resource, applied, name)?;
+    let tracking = registry::tracking(resource, Target::Main);
+    let applied = scoped(applied, tracking);
+    let mut object =
+        registry::prepare_create(store, config, resource, namespace, applied.clone(), writer)?;
+    if let Some(Value::Object(meta)) = object.get_mut("metadata") {
+        meta.remove("managedFields");
+    }
+    let now = registry::now_rfc3339();
+    managed_fields::apply(
+        None,
+        &mut object,
+        managed_fields::field_set(&managed_fields::tracked(&applied, tracking)),
+        &managed_fields::Writer {
+            manager: writer.manager,
+            api_version: &resource.api_version(),
+            tracking,
+            now: &now,
+        },
+        true,
+    )
+    .map_err(|conflicts| conflict_error(&conflicts))?;
+    Ok(object)
+}
