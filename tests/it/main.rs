@@ -12,6 +12,7 @@ mod fake_apiserver_tests;
 #[path = "../../fuzz/harness.rs"]
 mod fuzz_harness;
 mod fuzz_replay;
+mod gitops_loop;
 mod max_unavailable_driver;
 mod review_cli;
 mod robustness;
