@@ -10,6 +10,7 @@ pub mod allocator;
 pub mod certs;
 pub mod cluster;
 pub mod controller;
+pub mod field_manager;
 pub mod names;
 pub mod quantity;
 pub mod server;

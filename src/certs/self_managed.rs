@@ -14,7 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch};
 use kube::{Api, Client};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::CertPaths;
 use super::rotation::{self, CertSecret, Lifetimes, TLS_CERT_KEY, TLS_KEY_KEY, plan_rotation};
 use super::x509;
+use crate::field_manager;
 
 /// Where the certificates live and whom to tell about the CA.
 #[derive(Debug, Clone)]
@@ -98,7 +99,6 @@ impl Metrics {
     }
 }
 
-const FIELD_MANAGER: &str = "stateful-admission-certs";
 const CONFLICT_RETRIES: usize = 5;
 const RETRY_SOON: Duration = Duration::from_secs(5);
 
@@ -240,7 +240,7 @@ async fn write_secret(
             secret.data = Some(data);
             secret.metadata.managed_fields = None;
             secrets
-                .replace(&config.secret, &post_params(), &secret)
+                .replace(&config.secret, &field_manager::post(), &secret)
                 .await
                 .map(drop)
         }
@@ -259,15 +259,11 @@ async fn write_secret(
                 data: Some(data),
                 ..Secret::default()
             };
-            secrets.create(&post_params(), &secret).await.map(drop)
+            secrets
+                .create(&field_manager::post(), &secret)
+                .await
+                .map(drop)
         }
-    }
-}
-
-fn post_params() -> PostParams {
-    PostParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PostParams::default()
     }
 }
 
@@ -292,11 +288,7 @@ where
     let value = serde_json::to_value(&object)?;
     let patch = ca_bundle_patch(&value, bundle);
     if let Some(patch) = patch {
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        api.patch(name, &params, &Patch::Strategic(patch))
+        api.patch(name, &field_manager::patch(), &Patch::Strategic(patch))
             .await
             .with_context(|| format!("cannot patch caBundle into {name}"))?;
         tracing::info!(configuration = name, "caBundle updated");

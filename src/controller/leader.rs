@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
+
+use crate::field_manager;
 use tokio_util::sync::CancellationToken;
 
 /// Timing of the election (client-go's defaults).
@@ -155,14 +157,14 @@ impl Elector {
                     },
                     spec: Some(spec),
                 };
-                self.api.create(&PostParams::default(), &lease).await
+                self.api.create(&field_manager::post(), &lease).await
             }
             Decision::Update(spec) => {
                 let mut lease = lease.unwrap_or_default();
                 lease.spec = Some(spec);
                 // Carries the resourceVersion we read: a concurrent writer makes this a 409.
                 self.api
-                    .replace(&self.name, &PostParams::default(), &lease)
+                    .replace(&self.name, &field_manager::post(), &lease)
                     .await
             }
         };
@@ -239,7 +241,7 @@ impl Elector {
         spec.lease_duration_seconds = Some(1);
         if let Err(error) = self
             .api
-            .replace(&self.name, &PostParams::default(), &lease)
+            .replace(&self.name, &field_manager::post(), &lease)
             .await
         {
             tracing::warn!(%error, "could not release the lease");

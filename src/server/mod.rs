@@ -121,7 +121,7 @@ impl Server {
                 (paths.cert, paths.key)
             }
             TlsSource::SelfManaged(certs) => {
-                let client = kube::Client::try_default().await.context(
+                let client = crate::field_manager::client().await.context(
                     "self-managed certificates need a cluster (kubeconfig or in-cluster)",
                 )?;
                 let paths = crate::certs::self_managed::start(
@@ -216,7 +216,7 @@ async fn start_view(
             Ok((view, None))
         }
         StateSource::Cluster => {
-            let client = kube::Client::try_default()
+            let client = crate::field_manager::client()
                 .await
                 .context("no cluster configuration (kubeconfig or in-cluster); use --state FILE to run without a cluster")?;
             let (view, driver) = watch::from_cluster(client.clone());

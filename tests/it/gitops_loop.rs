@@ -19,7 +19,7 @@ use crate::support::admission_hook::RouterHook;
 use crate::support::controller::{
     CONTROLLER_NAMESPACE, RunningController, config, eventually, no_features,
 };
-use crate::support::fake_apiserver::{FakeApiServer, RecordedRequest, ResourceType};
+use crate::support::fake_apiserver::{FakeApiServer, RecordedRequest, ResourceType, resources};
 
 const NS: &str = "db";
 const JOURNAL: &str = "sa-journal.db.web";
@@ -301,6 +301,34 @@ async fn run_loop(name: &str, install: Write, steps: &[Step]) -> Vec<String> {
         failures.push(format!("{name}: a pod or claim was deleted"));
     }
     controller.stop().await;
+    // Every write names its field manager, but the Events of kube's recorder, which takes
+    // no parameters: the user agent names those.
+    for w in api.writes() {
+        if w.method != "DELETE" && !w.path.contains("/events") && !w.query.contains("fieldManager=")
+        {
+            failures.push(format!(
+                "{name}: {} {} carries no fieldManager",
+                w.method, w.path
+            ));
+        }
+    }
+    // Every write of ours names us, Events (kube's recorder) by the user agent.
+    for resource in resources::ALL {
+        for object in api.list_objects(resource) {
+            for entry in object["metadata"]["managedFields"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                if entry["manager"] == "unknown" {
+                    failures.push(format!(
+                        "{name}: {} {} was written without a field manager",
+                        resource.kind, object["metadata"]["name"]
+                    ));
+                }
+            }
+        }
+    }
     failures
 }
 

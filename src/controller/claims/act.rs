@@ -6,8 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams,
-    Preconditions, PropagationPolicy,
+    ApiResource, DeleteParams, DynamicObject, ObjectMeta, Patch, Preconditions, PropagationPolicy,
 };
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client};
@@ -15,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::converge::{self, Action, DropReason, JournalStep, LiveSet, Recheck};
 use crate::controller::context::{Ctx, Error, journal_name};
+use crate::field_manager;
 use crate::names;
 
 /// An HTTP status of a failed request, if it was one.
@@ -80,7 +80,7 @@ pub async fn patch_claim(
     body: &Value,
 ) -> Result<PersistentVolumeClaim, kube::Error> {
     Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), namespace)
-        .patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .patch(name, &field_manager::patch(), &Patch::Merge(body))
         .await
 }
 
@@ -93,7 +93,7 @@ pub async fn write_status(
 ) -> Result<(), kube::Error> {
     let body = json!({"metadata": {"annotations": {names::VOLUME_CLAIM_STATUS: value}}});
     Api::<StatefulSet>::namespaced(ctx.client.clone(), namespace)
-        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+        .patch(name, &field_manager::patch(), &Patch::Merge(&body))
         .await
         .map(|_| ())
 }
@@ -120,7 +120,29 @@ fn live_facts(raw: &Value) -> LiveSet {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default(),
+        managers: converge::main_managers(raw),
     }
+}
+
+/// A convergence step taken: counted, and logged at info with the set, its uid and the
+/// journal (uninstall and incident reviews read these lines).
+fn step_taken(
+    ctx: &Ctx,
+    step: &'static str,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+    journal: &str,
+) {
+    ctx.metrics.claims.step(step);
+    tracing::info!(
+        step,
+        namespace,
+        name,
+        uid = uid.unwrap_or(""),
+        journal = %format!("{}/{journal}", ctx.config.namespace),
+        "convergence step"
+    );
 }
 
 /// Drives the convergence of set `namespace/name` as far as it goes now, reading the set and
@@ -137,7 +159,7 @@ pub async fn converge(
     let journals = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let journal_name = journal_name(namespace, name);
     let metrics = &ctx.metrics.claims;
-    // Each pass makes one step; a full convergence is six.
+    // Each pass makes one step; a full convergence is seven.
     for _ in 0..8 {
         let raw = sets
             .get_opt(name)
@@ -155,6 +177,7 @@ pub async fn converge(
             Action::WaitGone => return Ok(Some(poll)),
             Action::Stuck(why) => {
                 if metrics.first_report(&format!("stuck/{journal_name}/{why}")) {
+                    tracing::warn!(namespace, name, journal = %journal_name, %why, "convergence journal unreadable; kept for a human");
                     ctx.event(
                         &about,
                         event(
@@ -193,9 +216,16 @@ pub async fn converge(
                 };
                 let cm = converge::journal_configmap(&ctx.config.namespace, &raw, &object)
                     .map_err(Error::Invalid)?;
-                match journals.create(&PostParams::default(), &cm).await {
+                match journals.create(&field_manager::post(), &cm).await {
                     Ok(_) => {
-                        metrics.step("journaled");
+                        step_taken(
+                            ctx,
+                            "journaled",
+                            namespace,
+                            name,
+                            uid.as_deref(),
+                            &journal_name,
+                        );
                         ctx.event(
                             &about,
                             event(
@@ -219,17 +249,32 @@ pub async fn converge(
                     "resourceVersion": cm.as_ref().and_then(|c| c.metadata.resource_version.clone()),
                     "annotations": {names::JOURNAL_STEP: JournalStep::Deleting.as_str()}}});
                 match journals
-                    .patch(&journal_name, &PatchParams::default(), &Patch::Merge(&body))
+                    .patch(&journal_name, &field_manager::patch(), &Patch::Merge(&body))
                     .await
                 {
-                    Ok(_) => metrics.step("marked"),
+                    Ok(_) => step_taken(
+                        ctx,
+                        "marked",
+                        namespace,
+                        name,
+                        uid.as_deref(),
+                        &journal_name,
+                    ),
                     Err(e) if matches!(code(&e), Some(404 | 409)) => continue,
                     Err(e) => return Err(e.into()),
                 }
                 // Straight on, without another read: the answer to our own delete tells a set
                 // the user deleted meanwhile (404) from ours.
                 let Some(live) = live else { continue };
-                if delete_set(ctx, &sets, name, &about, live.uid, live.resource_version).await?
+                if delete_set(
+                    ctx,
+                    &sets,
+                    &journal_name,
+                    &about,
+                    live.uid,
+                    live.resource_version,
+                )
+                .await?
                     == Deleted::AlreadyGone
                 {
                     return drop_deleted_by_user(ctx, &journals, &journal_name, &about).await;
@@ -239,7 +284,7 @@ pub async fn converge(
                 uid,
                 resource_version,
             } => {
-                if delete_set(ctx, &sets, name, &about, uid, resource_version).await?
+                if delete_set(ctx, &sets, &journal_name, &about, uid, resource_version).await?
                     == Deleted::AlreadyGone
                 {
                     return drop_deleted_by_user(ctx, &journals, &journal_name, &about).await;
@@ -256,21 +301,46 @@ pub async fn converge(
                             .pointer("/metadata/resourceVersion")
                             .and_then(Value::as_str)
                             .unwrap_or_default();
+                        // The ownership to restore is the latest too.
+                        let managed_fields = converge::journal_managed_fields(&raw);
+                        let managed_fields = if managed_fields.is_empty() {
+                            Value::Null
+                        } else {
+                            Value::String(
+                                serde_json::to_string(&managed_fields)
+                                    .map_err(|e| Error::Invalid(e.to_string()))?,
+                            )
+                        };
                         let body = json!({"metadata": {
                             "resourceVersion": cm.metadata.resource_version,
-                            "annotations": {names::JOURNAL_SET_RESOURCE_VERSION: rv}}});
+                            "annotations": {names::JOURNAL_SET_RESOURCE_VERSION: rv}},
+                            "data": {converge::MANAGED_FIELDS_KEY: managed_fields}});
                         match journals
-                            .patch(&journal_name, &PatchParams::default(), &Patch::Merge(&body))
+                            .patch(&journal_name, &field_manager::patch(), &Patch::Merge(&body))
                             .await
                         {
-                            Ok(_) => metrics.step("refreshed"),
+                            Ok(_) => step_taken(
+                                ctx,
+                                "refreshed",
+                                namespace,
+                                name,
+                                uid.as_deref(),
+                                &journal_name,
+                            ),
                             Err(e) if matches!(code(&e), Some(404 | 409)) => {}
                             Err(e) => return Err(e.into()),
                         }
                     }
                     Recheck::Abandon => {
                         drop_journal(ctx, &journals, &journal_name, &cm).await?;
-                        metrics.step("abandoned");
+                        step_taken(
+                            ctx,
+                            "abandoned",
+                            namespace,
+                            name,
+                            uid.as_deref(),
+                            &journal_name,
+                        );
                         ctx.event(
                             &about,
                             event(
@@ -290,9 +360,16 @@ pub async fn converge(
                     serde_json::from_value(j.object.clone()).map_err(|e| {
                         Error::Invalid(format!("journaled object is not a StatefulSet: {e}"))
                     })?;
-                match sets.create(&PostParams::default(), &object).await {
+                match sets.create(&field_manager::post(), &object).await {
                     Ok(created) => {
-                        metrics.step("created");
+                        step_taken(
+                            ctx,
+                            "created",
+                            namespace,
+                            name,
+                            created.metadata.uid.as_deref(),
+                            &journal_name,
+                        );
                         ctx.event(
                             &set_ref(namespace, name, created.metadata.uid.as_deref()),
                             event(
@@ -308,12 +385,44 @@ pub async fn converge(
                     Err(e) => return Err(e.into()),
                 }
             }
+            Action::Restore { resource_version } => {
+                let (Some(raw), Some(Ok(j))) = (raw, journal) else {
+                    continue;
+                };
+                let Some(body) = converge::restore_patch(&j, &raw) else {
+                    continue;
+                };
+                tracing::debug!(namespace, name, %resource_version, "restoring field ownership");
+                match sets
+                    .patch(name, &field_manager::patch(), &Patch::Merge(&body))
+                    .await
+                {
+                    Ok(_) => step_taken(
+                        ctx,
+                        "ownership-restored",
+                        namespace,
+                        name,
+                        uid.as_deref(),
+                        &journal_name,
+                    ),
+                    // Written meanwhile, or gone: the next pass decides from what is there.
+                    Err(e) if matches!(code(&e), Some(404 | 409)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
             Action::Drop(reason) => {
                 let Some(cm) = cm else { continue };
                 drop_journal(ctx, &journals, &journal_name, &cm).await?;
                 let (type_, reason_text, note) = match reason {
                     DropReason::Finished => {
-                        metrics.step("finished");
+                        step_taken(
+                            ctx,
+                            "finished",
+                            namespace,
+                            name,
+                            uid.as_deref(),
+                            &journal_name,
+                        );
                         (
                             EventType::Normal,
                             "ConvergeFinished",
@@ -322,11 +431,25 @@ pub async fn converge(
                         )
                     }
                     DropReason::Replaced => {
-                        metrics.step("replaced");
+                        step_taken(
+                            ctx,
+                            "replaced",
+                            namespace,
+                            name,
+                            uid.as_deref(),
+                            &journal_name,
+                        );
                         (EventType::Warning, "ConvergeAbandoned", "another StatefulSet of this name was created meanwhile; it is left alone and the journal dropped".to_owned())
                     }
                     DropReason::DeletedByUser => {
-                        metrics.step("deleted-by-user");
+                        step_taken(
+                            ctx,
+                            "deleted-by-user",
+                            namespace,
+                            name,
+                            uid.as_deref(),
+                            &journal_name,
+                        );
                         (
                             EventType::Warning,
                             "ConvergeAbandoned",
@@ -357,22 +480,24 @@ enum Deleted {
 async fn delete_set(
     ctx: &Ctx,
     sets: &Api<DynamicObject>,
-    name: &str,
+    journal_name: &str,
     about: &StatefulSet,
     uid: String,
     resource_version: String,
 ) -> Result<Deleted, Error> {
+    let namespace = about.metadata.namespace.as_deref().unwrap_or_default();
+    let name = about.metadata.name.as_deref().unwrap_or_default();
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Orphan),
         preconditions: Some(Preconditions {
-            uid: Some(uid),
+            uid: Some(uid.clone()),
             resource_version: Some(resource_version),
         }),
         ..DeleteParams::default()
     };
     match sets.delete(name, &params).await {
         Ok(_) => {
-            ctx.metrics.claims.step("deleted");
+            step_taken(ctx, "deleted", namespace, name, Some(&uid), journal_name);
             ctx.event(
                 about,
                 event(
@@ -401,7 +526,14 @@ async fn drop_deleted_by_user(
     if let Some(cm) = journals.get_opt(journal_name).await? {
         drop_journal(ctx, journals, journal_name, &cm).await?;
     }
-    ctx.metrics.claims.step("deleted-by-user");
+    step_taken(
+        ctx,
+        "deleted-by-user",
+        about.metadata.namespace.as_deref().unwrap_or_default(),
+        about.metadata.name.as_deref().unwrap_or_default(),
+        about.metadata.uid.as_deref(),
+        journal_name,
+    );
     ctx.event(
         about,
         event(

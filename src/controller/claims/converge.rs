@@ -5,12 +5,14 @@
 //! `stateful-admission.io/journal: "true"`, with no ownerReference (it must outlive the set).
 //! Its annotations name the set (namespace, name, uid) and the resourceVersion the journal was
 //! written from, and the step reached (`journaled`, then `deleting` just before the orphan
-//! delete is sent); `data["statefulset.json"]` holds the full object to create.
+//! delete is sent); `data["statefulset.json"]` holds the full object to create and
+//! `data["managed-fields.json"]` the set's `metadata.managedFields` (field ownership).
 //!
 //! Steps, each persisted before the next: write the journal → mark it `deleting` → delete the
 //! set (`propagationPolicy: Orphan`, preconditions uid and resourceVersion) → wait until it
-//! is gone → create it from the journal → delete the journal. [`next`] maps what exists now
-//! to the next step, so a restart resumes wherever the last run stopped:
+//! is gone → create it from the journal → restore its field ownership → delete the journal.
+//! [`next`] maps what exists now to the next step, so a restart resumes wherever the last run
+//! stopped:
 //!
 //! | live set                           | journal          | next step                       |
 //! |------------------------------------|------------------|---------------------------------|
@@ -20,10 +22,28 @@
 //! | journaled uid, same rv             | `deleting`       | `Delete`                        |
 //! | journaled uid, resourceVersion moved | either         | `Recheck` (status only → refresh, else abandon) |
 //! | journaled uid, being deleted       | either           | `WaitGone`                      |
+//! | another uid, journaled templates, only our ownership | either | `Restore` (ownership)   |
 //! | another uid                        | either           | `Drop` (ours: finished; else replaced by someone) |
 //! | absent                             | `deleting`       | `Create`                        |
 //! | absent                             | `journaled`      | `Drop` (the user deleted it: we never sent a delete) |
 //! | any                                | unreadable       | `Stuck` (kept for a human)      |
+//!
+//! Field ownership: the apiserver does not keep managedFields sent with a create — its field
+//! manager compares the new object with an empty one, so every field is "added" and moves to
+//! the creator (`FieldManager.Update` in `k8s.io/apimachinery/pkg/util/managedfields`). It
+//! does keep them on an update that changes nothing else (`decodeLiveOrNew` takes the
+//! request's managedFields, and an empty comparison moves no field). So the set is created
+//! (field manager `stateful-admission`, which then owns every field) and a second write
+//! carrying the created object's resourceVersion puts the journaled entries back, as Velero
+//! restores them. The entry that owned `spec.volumeClaimTemplates` (the applier whose change
+//! the webhook recorded) owns it again, so that applier's next server-side apply meets no
+//! conflict. The journaled entries are restored as they were, our own included (they own the
+//! annotations we write); the entry our create produced is dropped, being an artifact of the
+//! re-create; the dropped desired-templates annotation is taken out of every entry; entries
+//! of subresources (status) are the live ones, which describe the new object. The restore
+//! happens only while the live set's entries of the main resource are all ours: once anyone
+//! else has written the new set, their ownership stands. A journal without managedFields
+//! (written before they were kept) finishes without a restore.
 //!
 //! The delete is sent right after the mark, and its answer tells a set someone else deleted
 //! meanwhile (404: the journal is dropped, nothing re-created) from ours. Only a crash
@@ -41,6 +61,8 @@ use crate::names;
 
 /// Key of the journaled object in the ConfigMap's data.
 pub const DATA_KEY: &str = "statefulset.json";
+/// Key of the journaled `metadata.managedFields` in the ConfigMap's data.
+pub const MANAGED_FIELDS_KEY: &str = "managed-fields.json";
 
 /// How far a journal got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +92,8 @@ pub struct Journal {
     pub step: JournalStep,
     /// The object to create.
     pub object: Value,
+    /// The set's managedFields to restore after the create (empty: none journaled).
+    pub managed_fields: Vec<Value>,
 }
 
 /// The live set as the state machine needs it.
@@ -82,6 +106,8 @@ pub struct LiveSet {
     pub wants: bool,
     /// `spec.volumeClaimTemplates` as stored.
     pub templates: Vec<Value>,
+    /// Managers of the managedFields entries of the main resource (not of subresources).
+    pub managers: Vec<String>,
 }
 
 /// Why a journal is dropped.
@@ -108,6 +134,10 @@ pub enum Action {
     WaitGone,
     Recheck,
     Create,
+    /// Put the journaled field ownership back on the set we created.
+    Restore {
+        resource_version: String,
+    },
     Drop(DropReason),
     Stuck(String),
 }
@@ -141,6 +171,11 @@ pub fn next(
                 .map(Vec::as_slice)
                 .unwrap_or(&[]);
             match templates::classify_template_change(journaled, &s.templates) {
+                templates::Classification::Unchanged if restores_ownership(journal, s) => {
+                    Action::Restore {
+                        resource_version: s.resource_version.clone(),
+                    }
+                }
                 templates::Classification::Unchanged => Action::Drop(DropReason::Finished),
                 _ => Action::Drop(DropReason::Replaced),
             }
@@ -155,6 +190,113 @@ pub fn next(
             },
         },
     }
+}
+
+/// Whether the set we created should get the journaled ownership back: the journal names a
+/// manager other than us for the main resource, and nobody but us has written the new set.
+fn restores_ownership(journal: &Journal, live: &LiveSet) -> bool {
+    let ours = |m: &str| m == names::CONTROLLER_NAME;
+    let journaled_others = main_entries(&journal.managed_fields)
+        .any(|e| !ours(e.get("manager").and_then(Value::as_str).unwrap_or("")));
+    journaled_others && !live.managers.is_empty() && live.managers.iter().all(|m| ours(m))
+}
+
+/// Entries of the main resource (no `subresource`).
+fn main_entries(entries: &[Value]) -> impl Iterator<Item = &Value> {
+    entries.iter().filter(|e| {
+        e.get("subresource")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    })
+}
+
+/// Managers of the main resource's managedFields of a set as the apiserver returned it.
+pub fn main_managers(raw: &Value) -> Vec<String> {
+    let entries = raw
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    main_entries(entries)
+        .map(|e| {
+            e.get("manager")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The managedFields to journal for live set `raw`: all its entries, with the
+/// desired-templates annotation (which the re-created set does not carry) taken out of each
+/// and entries left owning nothing dropped.
+pub fn journal_managed_fields(raw: &Value) -> Vec<Value> {
+    let path = [
+        "f:metadata".to_owned(),
+        "f:annotations".to_owned(),
+        format!("f:{}", names::DESIRED_VOLUME_CLAIM_TEMPLATES),
+    ];
+    raw.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let mut entry = entry.clone();
+            if let Some(Value::Object(fields)) = entry.get_mut("fieldsV1") {
+                remove_field(fields, &path);
+                if fields.is_empty() {
+                    return None;
+                }
+            }
+            Some(entry)
+        })
+        .collect()
+}
+
+/// Removes `path` from a `fieldsV1` tree, and parents left empty (a parent without `"."`
+/// was not a member itself; left as `{}` it would become one).
+fn remove_field(node: &mut serde_json::Map<String, Value>, path: &[String]) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    if rest.is_empty() {
+        node.remove(first);
+        return;
+    }
+    if let Some(Value::Object(child)) = node.get_mut(first) {
+        remove_field(child, rest);
+        if child.is_empty() {
+            node.remove(first);
+        }
+    }
+}
+
+/// The merge patch that restores the journaled ownership on the created set `raw`: the
+/// journaled entries of the main resource, the live ones of subresources, and the created
+/// object's resourceVersion as precondition. `None` when there is nothing to restore.
+pub fn restore_patch(journal: &Journal, raw: &Value) -> Option<Value> {
+    let mut entries: Vec<Value> = main_entries(&journal.managed_fields).cloned().collect();
+    if entries.is_empty() {
+        return None;
+    }
+    let live = raw
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    entries.extend(
+        live.iter()
+            .filter(|e| {
+                e.get("subresource")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| !s.is_empty())
+            })
+            .cloned(),
+    );
+    Some(serde_json::json!({"metadata": {
+        "resourceVersion": raw.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null),
+        "managedFields": entries,
+    }}))
 }
 
 /// After the set's resourceVersion moved under a journal: keep going when only what is
@@ -264,6 +406,14 @@ pub fn journal_configmap(
         ),
     ]);
     let text = serde_json::to_string(object).map_err(|e| e.to_string())?;
+    let mut data = BTreeMap::from([(DATA_KEY.to_owned(), text)]);
+    let managed_fields = journal_managed_fields(raw);
+    if !managed_fields.is_empty() {
+        data.insert(
+            MANAGED_FIELDS_KEY.to_owned(),
+            serde_json::to_string(&managed_fields).map_err(|e| e.to_string())?,
+        );
+    }
     Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(crate::controller::context::journal_name(&namespace, &name)),
@@ -275,7 +425,7 @@ pub fn journal_configmap(
             annotations: Some(annotations),
             ..ObjectMeta::default()
         },
-        data: Some(BTreeMap::from([(DATA_KEY.to_owned(), text)])),
+        data: Some(data),
         ..ConfigMap::default()
     })
 }
@@ -316,6 +466,19 @@ pub fn read(journal: &ConfigMap) -> Result<Journal, String> {
     if !object.is_object() {
         return Err("the journaled object is not a JSON object".to_owned());
     }
+    let managed_fields = match journal
+        .data
+        .as_ref()
+        .and_then(|d| d.get(MANAGED_FIELDS_KEY))
+    {
+        None => Vec::new(),
+        Some(text) => serde_json::from_str::<Vec<Value>>(text)
+            .ok()
+            .filter(|entries| entries.iter().all(Value::is_object))
+            .ok_or_else(|| {
+                format!("the journaled {MANAGED_FIELDS_KEY} is not a list of entries")
+            })?,
+    };
     Ok(Journal {
         namespace: get(names::JOURNAL_SET_NAMESPACE)?,
         name: get(names::JOURNAL_SET_NAME)?,
@@ -323,6 +486,7 @@ pub fn read(journal: &ConfigMap) -> Result<Journal, String> {
         resource_version: get(names::JOURNAL_SET_RESOURCE_VERSION)?,
         step,
         object,
+        managed_fields,
     })
 }
 
@@ -419,7 +583,13 @@ mod tests {
             templates: vec![
                 json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}}}),
             ],
+            managers: vec!["helm".into()],
         }
+    }
+
+    fn managed_by(mut set: LiveSet, managers: &[&str]) -> LiveSet {
+        set.managers = managers.iter().map(|m| (*m).to_owned()).collect();
+        set
     }
 
     /// (case, live set, journal, converge enabled, next step)
@@ -434,7 +604,7 @@ mod tests {
     #[test]
     fn state_machine_table() {
         let object = desired_object(&raw_set()).expect("desired");
-        let journal = |step| -> Result<Journal, String> {
+        let journal = |step, managed_fields: Vec<Value>| -> Result<Journal, String> {
             Ok(Journal {
                 namespace: "db".into(),
                 name: "web".into(),
@@ -442,12 +612,23 @@ mod tests {
                 resource_version: "41".into(),
                 step,
                 object: object.clone(),
+                managed_fields,
             })
         };
+        let helm = json!({"manager": "helm", "operation": "Apply", "fieldsType": "FieldsV1",
+                          "fieldsV1": {"f:spec": {"f:volumeClaimTemplates": {}}}});
+        let ours = json!({"manager": names::CONTROLLER_NAME, "operation": "Update", "fieldsType": "FieldsV1",
+                          "fieldsV1": {"f:spec": {"f:volumeClaimTemplates": {}}}});
+        let status = json!({"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+                            "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}});
         let (j, d) = (
-            journal(JournalStep::Journaled),
-            journal(JournalStep::Deleting),
+            journal(JournalStep::Journaled, vec![helm.clone()]),
+            journal(JournalStep::Deleting, vec![helm.clone(), status]),
         );
+        let old_journal = journal(JournalStep::Deleting, Vec::new());
+        let only_ours = journal(JournalStep::Deleting, vec![ours]);
+        let created =
+            |managers: &[&str]| Some(managed_by(live("u2", "50", false, false, "2Gi"), managers));
         let bad: Result<Journal, String> = Err("broken".into());
         let cases: Vec<Row<'_>> = vec![
             (
@@ -542,8 +723,45 @@ mod tests {
                 Action::Drop(DropReason::DeletedByUser),
             ),
             (
-                "created by us",
-                Some(live("u2", "50", false, false, "2Gi")),
+                "created by us: restore ownership",
+                created(&[names::CONTROLLER_NAME]),
+                Some(&d),
+                true,
+                Action::Restore {
+                    resource_version: "50".into(),
+                },
+            ),
+            (
+                "ownership restored",
+                created(&["helm", names::CONTROLLER_NAME]),
+                Some(&d),
+                true,
+                Action::Drop(DropReason::Finished),
+            ),
+            (
+                "someone else wrote the new set first: theirs stands",
+                created(&[names::CONTROLLER_NAME, "kubectl-edit"]),
+                Some(&d),
+                true,
+                Action::Drop(DropReason::Finished),
+            ),
+            (
+                "journal without managedFields: nothing to restore",
+                created(&[names::CONTROLLER_NAME]),
+                Some(&old_journal),
+                true,
+                Action::Drop(DropReason::Finished),
+            ),
+            (
+                "journaled ownership all ours: nothing to restore",
+                created(&[names::CONTROLLER_NAME]),
+                Some(&only_ours),
+                true,
+                Action::Drop(DropReason::Finished),
+            ),
+            (
+                "no managedFields on the new set: not ours to restore",
+                created(&[]),
                 Some(&d),
                 true,
                 Action::Drop(DropReason::Finished),
@@ -579,6 +797,7 @@ mod tests {
             resource_version: "41".into(),
             step: JournalStep::Journaled,
             object,
+            managed_fields: Vec::new(),
         };
         let mut status_only = raw.clone();
         status_only["metadata"]["resourceVersion"] = json!("42");
@@ -590,5 +809,114 @@ mod tests {
         let mut dropped = raw;
         dropped["metadata"]["annotations"] = json!({});
         assert_eq!(recheck(&j, &desired_object(&dropped)), Recheck::Abandon);
+    }
+}
+
+#[cfg(test)]
+mod ownership_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn desired_key() -> String {
+        format!("f:{}", names::DESIRED_VOLUME_CLAIM_TEMPLATES)
+    }
+
+    #[test]
+    fn the_journal_keeps_managed_fields_without_the_dropped_annotation() {
+        let raw = json!({"metadata": {"name": "web", "namespace": "db", "uid": "u1", "resourceVersion": "41",
+        "annotations": {names::DESIRED_VOLUME_CLAIM_TEMPLATES: "[]"},
+        "managedFields": [
+            {"manager": "helm", "operation": "Apply", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:metadata": {"f:annotations": {"f:meta.helm.sh/release-name": {}}},
+                          "f:spec": {"f:volumeClaimTemplates": {}}}},
+            {"manager": "kubectl-annotate", "operation": "Update", "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:metadata": {"f:annotations": {desired_key(): {}}}}},
+            {"manager": "kubectl-edit", "operation": "Update", "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, desired_key(): {}}}}},
+        ]}});
+        let kept = journal_managed_fields(&raw);
+        assert_eq!(
+            kept,
+            vec![
+                raw["metadata"]["managedFields"][0].clone(),
+                json!({"manager": "kubectl-edit", "operation": "Update", "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+                       "fieldsV1": {"f:metadata": {"f:annotations": {".": {}}}}}),
+            ],
+            "an entry that owned only the annotation goes; the map's own membership stays"
+        );
+        let cm =
+            journal_configmap("ops", &raw, &json!({"metadata": {"name": "web"}})).expect("journal");
+        let journal = read(&cm).expect("reads");
+        assert_eq!(journal.managed_fields, kept);
+        assert!(
+            !cm.data.as_ref().expect("data")[DATA_KEY].contains("managedFields"),
+            "the object to create carries none"
+        );
+
+        let mut bare = raw.clone();
+        bare["metadata"]
+            .as_object_mut()
+            .expect("meta")
+            .remove("managedFields");
+        let cm = journal_configmap("ops", &bare, &json!({})).expect("journal");
+        assert!(
+            !cm.data
+                .as_ref()
+                .expect("data")
+                .contains_key(MANAGED_FIELDS_KEY)
+        );
+        assert_eq!(
+            read(&cm).expect("reads").managed_fields,
+            Vec::<Value>::new()
+        );
+
+        let mut broken = cm;
+        broken
+            .data
+            .as_mut()
+            .expect("data")
+            .insert(MANAGED_FIELDS_KEY.into(), "{}".into());
+        assert_eq!(
+            read(&broken).expect_err("not a list"),
+            "the journaled managed-fields.json is not a list of entries"
+        );
+    }
+
+    #[test]
+    fn the_restore_patch_puts_journaled_entries_back_and_keeps_live_subresource_ones() {
+        let helm = json!({"manager": "helm", "operation": "Apply", "fieldsType": "FieldsV1",
+                          "fieldsV1": {"f:spec": {"f:volumeClaimTemplates": {}}}});
+        let old_status = json!({"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+                                "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}});
+        let new_status = json!({"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+                                "time": "2026-02-02T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}});
+        let journal = Journal {
+            namespace: "db".into(),
+            name: "web".into(),
+            uid: "u1".into(),
+            resource_version: "41".into(),
+            step: JournalStep::Deleting,
+            object: json!({}),
+            managed_fields: vec![helm.clone(), old_status],
+        };
+        let created = json!({"metadata": {"resourceVersion": "77", "managedFields": [
+            {"manager": names::CONTROLLER_NAME, "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}},
+            new_status.clone()]}});
+        assert_eq!(
+            restore_patch(&journal, &created),
+            Some(
+                json!({"metadata": {"resourceVersion": "77", "managedFields": [helm, new_status]}})
+            )
+        );
+        assert_eq!(main_managers(&created), [names::CONTROLLER_NAME]);
+        let empty = Journal {
+            managed_fields: Vec::new(),
+            ..journal
+        };
+        assert_eq!(
+            restore_patch(&empty, &created),
+            None,
+            "never an empty list: it would reset them"
+        );
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::events::{Event, EventType};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
@@ -79,10 +79,7 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         .as_ref()
         .and_then(|s| s.conditions.as_deref())
         .unwrap_or(&[]);
-    let params = PatchParams {
-        field_manager: Some(names::CONTROLLER_NAME.to_owned()),
-        ..PatchParams::default()
-    };
+    let params = crate::field_manager::patch();
     let metrics = &ctx.metrics.conditions;
     let mut resource_version = set.metadata.resource_version.clone();
 

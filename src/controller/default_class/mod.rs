@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Resource};
@@ -36,7 +36,6 @@ use tokio_util::sync::CancellationToken;
 use super::context::Ctx;
 use crate::admission::claim::default_class::DefaultSource;
 use crate::cluster::{ClusterView, ClusterWriters};
-use crate::names;
 pub use plan::{Leave, Outcome, Plan};
 
 /// The KEP's metrics: attempts, and failed attempts (successes are the difference).
@@ -324,10 +323,7 @@ impl Worker<'_> {
         };
         let (namespace, name) = key;
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.ctx.client.clone(), namespace);
-        let params = PatchParams {
-            field_manager: Some(names::CONTROLLER_NAME.to_owned()),
-            ..PatchParams::default()
-        };
+        let params = crate::field_manager::patch();
         let body = plan::patch_body(&class.name, &resource_version);
         let metrics = &self.ctx.metrics.default_class;
         metrics.attempts.inc();

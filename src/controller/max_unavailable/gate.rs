@@ -16,12 +16,10 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
-use kube::api::PostParams;
 use tokio_util::sync::CancellationToken;
 
 use super::super::context::Ctx;
 use crate::admission::GateStatus;
-use crate::names;
 
 /// Prefix of the probe's generated name (a fixed name could collide with a real set).
 pub const PROBE_NAME_PREFIX: &str = "stateful-admission-gate-probe-";
@@ -145,11 +143,9 @@ pub fn gate_from_answer(answer: &StatefulSet) -> GateStatus {
 /// One probe: a server-side dry-run create in the controller's namespace.
 pub async fn probe(client: kube::Client, namespace: &str) -> Result<GateStatus, kube::Error> {
     let sets: Api<StatefulSet> = Api::namespaced(client, namespace);
-    let params = PostParams {
-        dry_run: true,
-        field_manager: Some(names::CONTROLLER_NAME.to_owned()),
-    };
-    let answer = sets.create(&params, &probe_object()).await?;
+    let answer = sets
+        .create(&crate::field_manager::dry_run_post(), &probe_object())
+        .await?;
     Ok(gate_from_answer(&answer))
 }
 

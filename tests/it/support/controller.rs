@@ -42,6 +42,17 @@ pub fn config(identity: &str, features: Features) -> ControllerConfig {
     }
 }
 
+/// A client for `api` as `serve` builds one: with the project's user agent.
+pub fn client(api: &FakeApiServer) -> kube::Client {
+    let mut config = kube::Config::new(api.url().parse().expect("the server URL is a URI"));
+    config.default_namespace = "default".into();
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(stateful_admission::field_manager::USER_AGENT),
+    ));
+    kube::Client::try_from(config).expect("a kube client for the fake API server")
+}
+
 /// A controller running on its own task, with its own view and metrics.
 pub struct RunningController {
     stop: CancellationToken,
@@ -51,7 +62,7 @@ pub struct RunningController {
 
 impl RunningController {
     pub fn start(api: &FakeApiServer, config: ControllerConfig) -> Self {
-        let client = api.client();
+        let client = client(api);
         let stop = CancellationToken::new();
         let (view, driver) = watch::from_cluster(client.clone());
         let driver_stop = stop.clone();

@@ -1,0 +1,64 @@
+//! Who our writes are from. Every create, update and patch carries the field manager
+//! `stateful-admission` ([`names::CONTROLLER_NAME`]), so `metadata.managedFields` name this
+//! project as the owner of what it writes (deletes carry none: `DeleteOptions` has no field
+//! manager). The API client also sends the user agent `stateful-admission/<version>`: the
+//! apiserver names a write without a field manager after the user agent's product token
+//! (`managerOrUserAgent` in `endpoints/handlers/create.go`), which covers the Events kube's
+//! `Recorder` writes with default parameters.
+
+use kube::api::{PatchParams, PostParams};
+
+use crate::names;
+
+/// The user agent of our API client.
+pub const USER_AGENT: &str = concat!("stateful-admission/", env!("CARGO_PKG_VERSION"));
+
+/// Create and replace parameters of every write.
+pub fn post() -> PostParams {
+    PostParams {
+        field_manager: Some(names::CONTROLLER_NAME.to_owned()),
+        ..PostParams::default()
+    }
+}
+
+/// A server-side dry run of a create.
+pub fn dry_run_post() -> PostParams {
+    PostParams {
+        dry_run: true,
+        ..post()
+    }
+}
+
+/// Patch parameters of every (non-apply) patch.
+pub fn patch() -> PatchParams {
+    PatchParams {
+        field_manager: Some(names::CONTROLLER_NAME.to_owned()),
+        ..PatchParams::default()
+    }
+}
+
+/// A client from the kubeconfig or the in-cluster environment, sending [`USER_AGENT`].
+pub async fn client() -> anyhow::Result<kube::Client> {
+    let mut config = kube::Config::infer().await?;
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(USER_AGENT),
+    ));
+    Ok(kube::Client::try_from(config)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_write_names_the_project() {
+        assert_eq!(post().field_manager.as_deref(), Some("stateful-admission"));
+        assert!(!post().dry_run);
+        assert!(dry_run_post().dry_run);
+        assert_eq!(dry_run_post().field_manager, post().field_manager);
+        assert_eq!(patch().field_manager.as_deref(), Some("stateful-admission"));
+        assert!(!patch().force);
+        assert!(USER_AGENT.starts_with("stateful-admission/"));
+    }
+}
