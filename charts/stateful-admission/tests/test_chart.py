@@ -393,6 +393,16 @@ def test_a_journaled_convergence_can_be_finished_after_converge_is_turned_off():
     assert not grants(both_off, "ClusterRole", "statefulsets", "create")
 
 
+def test_a_recreated_statefulset_gets_its_field_ownership_back_without_rollout_or_conditions():
+    converge_only = render({"controller": {"claimRollout": {"enabled": False},
+                                           "conditions": {"enabled": False}}})
+    assert grants(converge_only, "ClusterRole", "statefulsets", "patch")
+    nothing = render({"controller": {"claimRollout": {"enabled": False},
+                                     "conditions": {"enabled": False},
+                                     "converge": {"enabled": False}}})
+    assert not grants(nothing, "ClusterRole", "statefulsets", "patch")
+
+
 def test_claim_patching_needs_rollout_or_retroactive_class():
     both_off = {"controller": {"claimRollout": {"enabled": False},
                                "retroactiveDefaultStorageClass": {"enabled": False}}}
