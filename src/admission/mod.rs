@@ -13,7 +13,7 @@ pub mod wire;
 use json_patch::PatchOperation;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
-use kube::core::{DynamicObject, Status};
+use kube::core::{DynamicObject, GroupVersionResource, Status};
 
 use crate::cluster::ClusterView;
 pub use field::{BadValue, ErrorType, FieldError};
@@ -184,28 +184,58 @@ impl Verdict {
     }
 }
 
-/// The requests the rules look at: the main resource (no subresource), CREATE or UPDATE.
-/// Everything else is allowed unchanged.
-fn is_handled(req: &AdmissionRequest<DynamicObject>) -> bool {
-    req.sub_resource.as_deref().is_none_or(str::is_empty)
-        && matches!(req.operation, Operation::Create | Operation::Update)
+/// The requests the rules look at: `apps/v1 statefulsets` and `v1 persistentvolumeclaims`,
+/// the main resource (no subresource), CREATE or UPDATE. Decided from the request's resource,
+/// subresource and operation alone, before anything is required of its objects: any other
+/// request (a `CONNECT` of `pods/exec` carries `PodExecOptions`, with no `metadata`) is allowed
+/// unchanged whatever its objects are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Route {
+    StatefulSet,
+    Claim,
+}
+
+impl Route {
+    pub fn of(
+        resource: &GroupVersionResource,
+        sub_resource: Option<&str>,
+        operation: &Operation,
+    ) -> Option<Self> {
+        if !sub_resource.is_none_or(str::is_empty)
+            || !matches!(operation, Operation::Create | Operation::Update)
+        {
+            return None;
+        }
+        match (
+            resource.group.as_str(),
+            resource.version.as_str(),
+            resource.resource.as_str(),
+        ) {
+            ("apps", "v1", "statefulsets") => Some(Self::StatefulSet),
+            ("", "v1", "persistentvolumeclaims") => Some(Self::Claim),
+            _ => None,
+        }
+    }
+
+    /// The route of a decoded request.
+    pub fn of_request(req: &AdmissionRequest<DynamicObject>) -> Option<Self> {
+        Self::of(&req.resource, req.sub_resource.as_deref(), &req.operation)
+    }
 }
 
 /// Runs the rules of `phase` on one request.
 pub fn evaluate(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context<'_>) -> Verdict {
-    if !is_handled(req) {
+    let Some(route) = Route::of_request(req) else {
         return Verdict::allow();
-    }
+    };
     if let Some(ns) = req.namespace.as_deref()
         && ctx.view.namespace_ignored(ns)
     {
         return Verdict::allow();
     }
-    let r = &req.resource;
-    match (r.group.as_str(), r.version.as_str(), r.resource.as_str()) {
-        ("apps", "v1", "statefulsets") => statefulset::review(phase, req, ctx),
-        ("", "v1", "persistentvolumeclaims") => claim::review(phase, req, ctx),
-        _ => Verdict::allow(),
+    match route {
+        Route::StatefulSet => statefulset::review(phase, req, ctx),
+        Route::Claim => claim::review(phase, req, ctx),
     }
 }
 
