@@ -8,6 +8,7 @@ pub mod field;
 pub mod offline;
 pub mod set_claims;
 pub mod statefulset;
+pub mod warning;
 pub mod wire;
 
 use json_patch::PatchOperation;
@@ -167,6 +168,11 @@ impl Verdict {
         self.warnings.push(warning.into());
     }
 
+    /// Adds a structured warning: as many warnings of at most 256 characters as it takes.
+    pub fn warn_all(&mut self, warning: warning::Warning) {
+        self.warnings.extend(warning.build());
+    }
+
     /// Combines the verdicts of independent rules on one request: field errors add up, the
     /// first forbidden reason wins, patches and warnings are concatenated in order. Patches of
     /// a denied request are dropped when rendered.
@@ -280,7 +286,7 @@ pub fn encode_review(
 pub fn respond(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> AdmissionResponse {
     let mut response = AdmissionResponse::from(req);
     if !verdict.warnings.is_empty() {
-        response.warnings = Some(verdict.warnings);
+        response.warnings = Some(warning::fit(verdict.warnings));
     }
     match verdict.denial {
         None if verdict.patch.is_empty() => response,

@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 
+use crate::admission::warning::{self, Warning};
 use crate::admission::{BadValue, FieldError};
 use crate::names;
 
@@ -273,16 +274,17 @@ pub fn check_against_replicas(
     partition: i64,
     path: &str,
     strict: bool,
-) -> Result<Option<String>, FieldError> {
+) -> Result<Option<Warning>, FieldError> {
     let replicas = spec.get("replicas").and_then(Value::as_i64).unwrap_or(1);
     // A set scaled to zero has nothing to update; a partition at or above replicas pauses.
     if replicas <= 0 {
         return Ok(None);
     }
     let eff = effective(value, replicas);
+    let written = warning::cut_to(&value.render(), 24);
     let shown = match value.percent() {
-        Some(_) => format!("{} ({eff} of {replicas} pods)", value.render()),
-        None => value.render(),
+        Some(_) => format!("{written} ({eff} of {replicas} pods)"),
+        None => written,
     };
     let (limit, what) = if eff > replicas {
         (replicas, format!("spec.replicas ({replicas})"))
@@ -302,9 +304,13 @@ pub fn check_against_replicas(
             format!("must not be greater than {what}; resolves to {eff}"),
         ));
     }
-    Ok(Some(format!(
-        "{path}: {shown} is greater than {what}: all {limit} pods it applies to may be unavailable at once during an update"
-    )))
+    Ok(Some(
+        Warning::new(path)
+            .fact(format!("{shown} is greater than {what}"))
+            .fact(format!(
+                "all {limit} pods it applies to may be unavailable at once during an update"
+            )),
+    ))
 }
 
 /// Reads and validates the fallback annotation (`stateful-admission.io/max-unavailable`).
@@ -481,10 +487,10 @@ mod tests {
         let int = IntOrPercent::Int(5);
         let warning = check_against_replicas(&int, &s(3), 0, P, false).expect("warns");
         assert_eq!(
-            warning.as_deref(),
-            Some(
-                "spec.updateStrategy.rollingUpdate.maxUnavailable: 5 is greater than spec.replicas (3): all 3 pods it applies to may be unavailable at once during an update"
-            )
+            warning.map(Warning::build),
+            Some(vec![
+                "spec.updateStrategy.rollingUpdate.maxUnavailable: 5 is greater than spec.replicas (3); all 3 pods it applies to may be unavailable at once during an update".to_owned()
+            ])
         );
         let err = check_against_replicas(&int, &s(3), 0, P, true).expect_err("denies");
         assert_eq!(
@@ -497,10 +503,26 @@ mod tests {
         let pct = IntOrPercent::Str("50%".into());
         let warning = check_against_replicas(&pct, &s(10), 8, P, false)
             .expect("warns")
-            .expect("a warning");
+            .expect("a warning")
+            .build()
+            .join("\n");
         assert!(warning.contains("50% (5 of 10 pods)"), "{warning}");
         assert!(warning.contains("(10 - 8 = 2)"), "{warning}");
-        assert!(warning.len() < 200);
+        // A hostile value that validates (leading zeros) is cut, saying so; every warning
+        // stays within 256 characters.
+        let zeros = IntOrPercent::Str(format!("{}50%", "0".repeat(200)));
+        let warnings = check_against_replicas(&zeros, &s(10), 8, ANNOTATION_PATH, false)
+            .expect("warns")
+            .expect("a warning")
+            .build();
+        assert!(
+            warnings.iter().all(|w| w.chars().count() <= 256),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[0].contains("... (cut from 203 characters) (5 of 10 pods)"),
+            "{warnings:?}"
+        );
         let err = check_against_replicas(&pct, &s(10), 8, P, true).expect_err("denies");
         assert!(err.to_string().ends_with("resolves to 5"), "{err}");
         // Within limits, scaled to zero, or paused by the partition: nothing.
