@@ -16,7 +16,10 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
 use kube::core::{DynamicObject, GroupVersionResource, Status};
 
+use std::sync::Arc;
+
 use crate::cluster::ClusterView;
+use crate::names;
 pub use field::{BadValue, ErrorType, FieldError};
 
 /// Which webhook is asking.
@@ -49,6 +52,9 @@ pub struct Policy {
     /// Whether the apiserver keeps StatefulSet `maxUnavailable`, as the controller's gate
     /// probe last found it; set per request by the server, `Unknown` offline.
     pub max_unavailable_gate: GateStatus,
+    /// Usernames the StatefulSet controller creates claims as: only their claims get a set's
+    /// stored template values. Shared, as the policy is copied for every request.
+    pub statefulset_controller_users: Arc<[String]>,
 }
 
 impl Default for Policy {
@@ -58,11 +64,22 @@ impl Default for Policy {
             max_unavailable_fallback: true,
             expansion_recovery: true,
             max_unavailable_gate: GateStatus::Unknown,
+            statefulset_controller_users: names::STATEFULSET_CONTROLLER_USERS
+                .iter()
+                .map(|u| (*u).to_owned())
+                .collect(),
         }
     }
 }
 
 impl Policy {
+    /// Whether `username` is the StatefulSet controller's.
+    pub fn is_statefulset_controller(&self, username: &str) -> bool {
+        self.statefulset_controller_users
+            .iter()
+            .any(|u| u == username)
+    }
+
     /// Whether a set `maxUnavailable` should still be copied into the fallback annotation:
     /// the flag is on and the apiserver is not known to keep the field. While unknown (no
     /// probe yet, `review`, a replica that never led) the copy is kept, as it costs little.

@@ -481,6 +481,14 @@ def test_policy_values_reach_the_flags():
     assert "--max-unavailable-fallback=false" in args
     assert "--expansion-recovery=false" in args
     assert "--strict-max-unavailable" not in container(render())["args"]
+    assert (
+        "--statefulset-controller-users=system:serviceaccount:kube-system:statefulset-controller,"
+        "system:kube-controller-manager"
+    ) in container(render())["args"]
+    users = {"policy": {"statefulsetControllerUsers": ["system:serviceaccount:kube-system:sts",
+                                                       "k3s-controller"]}}
+    assert ("--statefulset-controller-users=system:serviceaccount:kube-system:sts,k3s-controller"
+            in container(render(users))["args"])
 
 
 # Flags of `serve` the chart deliberately never sets.
