@@ -764,3 +764,96 @@ async fn a_long_class_change_is_named_in_full_in_short_warnings() {
         );
     }
 }
+
+/// `updateStrategy: {type: RollingUpdate}` without `rollingUpdate`, with a budget in the
+/// annotation, gets the `rollingUpdate: {partition: 0}` the apiserver defaults an empty type
+/// to: without it the StatefulSet controller re-creates a pod deleted for the budget at the
+/// old revision (upstream `newVersionedStatefulSetPod`). Nothing else is touched.
+#[tokio::test]
+async fn a_type_only_strategy_with_a_budget_gets_the_rolling_update_block() {
+    let review = fixture("statefulset/create-type-only-max-unavailable.mutate.json");
+    let want_patch = json!([{"op": "add", "path": "/spec/updateStrategy/rollingUpdate",
+                             "value": {"partition": 0}}]);
+    let want_warnings = [
+        "spec.updateStrategy.rollingUpdate: set to {partition: 0}, as the apiserver defaults an empty type; without it the StatefulSet controller re-creates pods deleted for stateful-admission.io/max-unavailable at the old revision",
+    ];
+    let router = app(ClusterView::empty(), Policy::default());
+    let response = review_response(&router, "/mutate", &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(patch_of(&response), want_patch);
+    assert_eq!(warnings(&response), want_warnings);
+    assert!(warnings(&review_response(&router, "/validate", &review).await).is_empty());
+
+    // The apiserver's order, then a reinvocation on the result: nothing more to do.
+    let view = ClusterView::empty();
+    let policy = Policy::default();
+    let first = offline_review(&review, Phases::Both, &view, &policy);
+    assert!(first.allowed, "{}", first.review);
+    let object = first.object.expect("object");
+    assert_eq!(
+        object["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+    );
+    let mut expected = review["request"]["object"].clone();
+    expected["spec"]["updateStrategy"] = object["spec"]["updateStrategy"].clone();
+    assert_eq!(object, expected, "nothing else changes");
+    let again = set(review.clone(), "/request/object", object);
+    let second = offline_review(&again, Phases::Only(Phase::Mutate), &view, &policy);
+    assert!(
+        second.review["response"].get("patch").is_none(),
+        "{}",
+        second.review
+    );
+
+    let run = run_binary(
+        &[
+            "review",
+            fixture_path("statefulset/create-type-only-max-unavailable.mutate.json")
+                .to_str()
+                .expect("utf-8"),
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(patch_of(&run.json()["response"]), want_patch);
+
+    // A set stored before the webhook ran gets it on its next update; `rollingUpdate: null`
+    // is the same as none.
+    let mut update = set(review.clone(), "/request/operation", json!("UPDATE"));
+    update["request"]["oldObject"] = review["request"]["object"].clone();
+    update["request"]["object"]["spec"]["updateStrategy"]["rollingUpdate"] = Value::Null;
+    let response = review_response(&router, "/mutate", &update).await;
+    assert_eq!(patch_of(&response), want_patch);
+
+    // Not where defaulting already gave one, nor without a budget, nor for OnDelete.
+    for (what, review) in [
+        (
+            "an empty type",
+            set(
+                review.clone(),
+                "/request/object/spec/updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            ),
+        ),
+        ("no budget", {
+            let mut r = review.clone();
+            r["request"]["object"]["metadata"]["annotations"]
+                .as_object_mut()
+                .and_then(|a| a.remove(MAX_UNAVAILABLE))
+                .expect("the annotation");
+            r
+        }),
+        (
+            "OnDelete",
+            set(
+                review.clone(),
+                "/request/object/spec/updateStrategy",
+                json!({"type": "OnDelete"}),
+            ),
+        ),
+    ] {
+        let response = review_response(&router, "/mutate", &review).await;
+        assert_eq!(response["allowed"], true, "{what}: {response}");
+        assert_eq!(patch_of(&response), json!([]), "{what}");
+    }
+}

@@ -311,6 +311,25 @@ MATCH_CASES = [
      _statefulset(metadata__annotations=None), True),
     ("no annotations either side", "statefulsets", "UPDATE",
      _statefulset(metadata__annotations=None), _statefulset(metadata__annotations=None), False),
+    # A set that asks for a budget with `{type: RollingUpdate}` and no `rollingUpdate` is sent
+    # on every update, so that the webhook can add `rollingUpdate: {partition: 0}`.
+    ("type-only strategy with a budget, image bump", "statefulsets", "UPDATE",
+     _statefulset(spec__updateStrategy={"type": "RollingUpdate"},
+                  metadata__annotations={"stateful-admission.io/max-unavailable": "2"}),
+     _statefulset(spec__updateStrategy={"type": "RollingUpdate"},
+                  metadata__annotations={"stateful-admission.io/max-unavailable": "2"},
+                  spec__template={"spec": {"containers": [{"name": "db", "image": "db:2"}]}}),
+     True),
+    ("type-only strategy without a budget, image bump", "statefulsets", "UPDATE",
+     _statefulset(spec__updateStrategy={"type": "RollingUpdate"}),
+     _statefulset(spec__updateStrategy={"type": "RollingUpdate"},
+                  spec__template={"spec": {"containers": [{"name": "db", "image": "db:2"}]}}),
+     False),
+    ("budget with a rollingUpdate block, image bump", "statefulsets", "UPDATE",
+     _statefulset(metadata__annotations={"stateful-admission.io/max-unavailable": "2"}),
+     _statefulset(metadata__annotations={"stateful-admission.io/max-unavailable": "2"},
+                  spec__template={"spec": {"containers": [{"name": "db", "image": "db:2"}]}}),
+     False),
 ]
 
 

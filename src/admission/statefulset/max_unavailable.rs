@@ -313,6 +313,33 @@ pub fn check_against_replicas(
     ))
 }
 
+/// Whether a set asks for a budget through `stateful-admission.io/max-unavailable` with
+/// `updateStrategy: {type: RollingUpdate}` and no `rollingUpdate`, and should get the
+/// `rollingUpdate: {partition: 0}` that defaulting gives a set whose type is left empty.
+///
+/// Upstream `SetDefaults_StatefulSet` (pkg/apis/apps/v1/defaults.go) adds `rollingUpdate`
+/// only when `type` is empty, so `{type: RollingUpdate}` keeps it nil. The StatefulSet
+/// controller then re-creates a deleted pod whose ordinal is below `start +
+/// status.currentReplicas` at the current revision (`newVersionedStatefulSetPod`,
+/// pkg/controller/statefulset/stateful_set_utils.go), where with `rollingUpdate` it compares
+/// with the partition. Only its own deletions lower `currentReplicas` first, so a pod the
+/// companion controller deletes for the budget would come back at the old revision and be
+/// deleted again. Nil and `{partition: 0}` differ in nothing else: both update from the top
+/// ordinal down to 0, and with the `MaxUnavailableStatefulSet` gate on both resolve to a
+/// maxUnavailable of 1 (defaulting, re-run after a webhook's patch, fills 1 into the block;
+/// `updateStatefulSetAfterInvariantEstablished` takes 1 when the block is nil).
+pub fn needs_rolling_update_block(
+    spec: &Value,
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> bool {
+    let Some(strategy) = spec.get("updateStrategy").filter(|v| v.is_object()) else {
+        return false;
+    };
+    strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate")
+        && strategy.get("rollingUpdate").is_none_or(Value::is_null)
+        && annotations.is_some_and(|a| a.contains_key(names::MAX_UNAVAILABLE))
+}
+
 /// Reads and validates the fallback annotation (`stateful-admission.io/max-unavailable`).
 pub fn annotation_value(raw: &str) -> Result<IntOrPercent, Vec<FieldError>> {
     if raw.len() > MAX_ANNOTATION_BYTES {
@@ -537,6 +564,56 @@ mod tests {
                 check_against_replicas(&v, &s(replicas), partition, P, true),
                 Ok(None),
                 "{v:?} replicas {replicas} partition {partition}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_type_only_strategy_with_a_budget_gets_the_rolling_update_block() {
+        let annotated =
+            std::collections::BTreeMap::from([(names::MAX_UNAVAILABLE.to_owned(), "2".to_owned())]);
+        let other = std::collections::BTreeMap::from([("a".to_owned(), "b".to_owned())]);
+        let strategy = |s: Value| json!({"replicas": 5, "updateStrategy": s});
+        let cases = [
+            (
+                "type only",
+                strategy(json!({"type": "RollingUpdate"})),
+                true,
+            ),
+            (
+                "rollingUpdate null",
+                strategy(json!({"type": "RollingUpdate", "rollingUpdate": null})),
+                true,
+            ),
+            (
+                "rollingUpdate set",
+                strategy(json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 2}})),
+                false,
+            ),
+            (
+                "empty rollingUpdate (defaulting fills the partition)",
+                strategy(json!({"type": "RollingUpdate", "rollingUpdate": {}})),
+                false,
+            ),
+            ("type left empty: defaulted", strategy(json!({})), false),
+            ("no strategy: defaulted", json!({"replicas": 5}), false),
+            ("OnDelete", strategy(json!({"type": "OnDelete"})), false),
+            ("unknown type", strategy(json!({"type": "Nope"})), false),
+            ("not an object", strategy(json!("RollingUpdate")), false),
+        ];
+        for (what, spec, want) in cases {
+            assert_eq!(
+                needs_rolling_update_block(&spec, Some(&annotated)),
+                want,
+                "{what}"
+            );
+            assert!(
+                !needs_rolling_update_block(&spec, Some(&other)),
+                "{what}: no budget"
+            );
+            assert!(
+                !needs_rolling_update_block(&spec, None),
+                "{what}: no annotations"
             );
         }
     }

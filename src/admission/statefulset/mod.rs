@@ -112,6 +112,20 @@ pub fn review(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context
                 verdict.denial = Some(Denial::Invalid(errors));
                 return verdict;
             }
+            if max_unavailable::needs_rolling_update_block(spec, annotations) {
+                verdict.patch.push(PatchOperation::Add(AddOperation {
+                    path: PointerBuf::from_tokens(["spec", "updateStrategy", "rollingUpdate"]),
+                    value: serde_json::json!({"partition": 0}),
+                }));
+                verdict.warn_all(
+                    Warning::new(max_unavailable::ROLLING_UPDATE_PATH)
+                        .fact("set to {partition: 0}, as the apiserver defaults an empty type")
+                        .fact(format!(
+                            "without it the StatefulSet controller re-creates pods deleted for {} at the old revision",
+                            names::MAX_UNAVAILABLE
+                        )),
+                );
+            }
             verdict
                 .patch
                 .extend(annotation_ops(annotations.is_some(), set_annotations));
