@@ -128,6 +128,15 @@ struct PolicyArgs {
     /// failed expansion; when false any decrease is denied.
     #[arg(long, env = "STATEFUL_ADMISSION_EXPANSION_RECOVERY", default_value_t = true, action = clap::ArgAction::Set)]
     expansion_recovery: bool,
+    /// Users the StatefulSet controller creates claims as (comma-separated); only their claims
+    /// get a set's recorded template values, a claim anyone else creates keeps its own.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_STATEFULSET_CONTROLLER_USERS",
+        value_delimiter = ',',
+        default_value = "system:serviceaccount:kube-system:statefulset-controller,system:kube-controller-manager"
+    )]
+    statefulset_controller_users: Vec<String>,
 }
 
 impl PolicyArgs {
@@ -136,6 +145,13 @@ impl PolicyArgs {
             strict_max_unavailable: self.strict_max_unavailable,
             max_unavailable_fallback: self.max_unavailable_fallback,
             expansion_recovery: self.expansion_recovery,
+            statefulset_controller_users: self
+                .statefulset_controller_users
+                .iter()
+                .map(|u| u.trim())
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect(),
             ..Policy::default()
         }
     }

@@ -41,3 +41,11 @@ pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
 pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
 /// Field manager and event reporter name of the companion controller.
 pub const CONTROLLER_NAME: &str = "stateful-admission";
+/// Usernames kube-controller-manager's StatefulSet controller creates claims as: its own
+/// service account where controllers get their own credentials
+/// (`--use-service-account-credentials`, the kubeadm and most managed-cluster default; upstream
+/// `ClientOrDie("statefulset-controller")` in kube-system), else the controller-manager's.
+pub const STATEFULSET_CONTROLLER_USERS: [&str; 2] = [
+    "system:serviceaccount:kube-system:statefulset-controller",
+    "system:kube-controller-manager",
+];

@@ -8,14 +8,18 @@ pub mod field;
 pub mod offline;
 pub mod set_claims;
 pub mod statefulset;
+pub mod warning;
 pub mod wire;
 
 use json_patch::PatchOperation;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
-use kube::core::{DynamicObject, Status};
+use kube::core::{DynamicObject, GroupVersionResource, Status};
+
+use std::sync::Arc;
 
 use crate::cluster::ClusterView;
+use crate::names;
 pub use field::{BadValue, ErrorType, FieldError};
 
 /// Which webhook is asking.
@@ -48,6 +52,9 @@ pub struct Policy {
     /// Whether the apiserver keeps StatefulSet `maxUnavailable`, as the controller's gate
     /// probe last found it; set per request by the server, `Unknown` offline.
     pub max_unavailable_gate: GateStatus,
+    /// Usernames the StatefulSet controller creates claims as: only their claims get a set's
+    /// stored template values. Shared, as the policy is copied for every request.
+    pub statefulset_controller_users: Arc<[String]>,
 }
 
 impl Default for Policy {
@@ -57,11 +64,22 @@ impl Default for Policy {
             max_unavailable_fallback: true,
             expansion_recovery: true,
             max_unavailable_gate: GateStatus::Unknown,
+            statefulset_controller_users: names::STATEFULSET_CONTROLLER_USERS
+                .iter()
+                .map(|u| (*u).to_owned())
+                .collect(),
         }
     }
 }
 
 impl Policy {
+    /// Whether `username` is the StatefulSet controller's.
+    pub fn is_statefulset_controller(&self, username: &str) -> bool {
+        self.statefulset_controller_users
+            .iter()
+            .any(|u| u == username)
+    }
+
     /// Whether a set `maxUnavailable` should still be copied into the fallback annotation:
     /// the flag is on and the apiserver is not known to keep the field. While unknown (no
     /// probe yet, `review`, a replica that never led) the copy is kept, as it costs little.
@@ -167,6 +185,11 @@ impl Verdict {
         self.warnings.push(warning.into());
     }
 
+    /// Adds a structured warning: as many warnings of at most 256 characters as it takes.
+    pub fn warn_all(&mut self, warning: warning::Warning) {
+        self.warnings.extend(warning.build());
+    }
+
     /// Combines the verdicts of independent rules on one request: field errors add up, the
     /// first forbidden reason wins, patches and warnings are concatenated in order. Patches of
     /// a denied request are dropped when rendered.
@@ -184,28 +207,58 @@ impl Verdict {
     }
 }
 
-/// The requests the rules look at: the main resource (no subresource), CREATE or UPDATE.
-/// Everything else is allowed unchanged.
-fn is_handled(req: &AdmissionRequest<DynamicObject>) -> bool {
-    req.sub_resource.as_deref().is_none_or(str::is_empty)
-        && matches!(req.operation, Operation::Create | Operation::Update)
+/// The requests the rules look at: `apps/v1 statefulsets` and `v1 persistentvolumeclaims`,
+/// the main resource (no subresource), CREATE or UPDATE. Decided from the request's resource,
+/// subresource and operation alone, before anything is required of its objects: any other
+/// request (a `CONNECT` of `pods/exec` carries `PodExecOptions`, with no `metadata`) is allowed
+/// unchanged whatever its objects are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Route {
+    StatefulSet,
+    Claim,
+}
+
+impl Route {
+    pub fn of(
+        resource: &GroupVersionResource,
+        sub_resource: Option<&str>,
+        operation: &Operation,
+    ) -> Option<Self> {
+        if !sub_resource.is_none_or(str::is_empty)
+            || !matches!(operation, Operation::Create | Operation::Update)
+        {
+            return None;
+        }
+        match (
+            resource.group.as_str(),
+            resource.version.as_str(),
+            resource.resource.as_str(),
+        ) {
+            ("apps", "v1", "statefulsets") => Some(Self::StatefulSet),
+            ("", "v1", "persistentvolumeclaims") => Some(Self::Claim),
+            _ => None,
+        }
+    }
+
+    /// The route of a decoded request.
+    pub fn of_request(req: &AdmissionRequest<DynamicObject>) -> Option<Self> {
+        Self::of(&req.resource, req.sub_resource.as_deref(), &req.operation)
+    }
 }
 
 /// Runs the rules of `phase` on one request.
 pub fn evaluate(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context<'_>) -> Verdict {
-    if !is_handled(req) {
+    let Some(route) = Route::of_request(req) else {
         return Verdict::allow();
-    }
+    };
     if let Some(ns) = req.namespace.as_deref()
         && ctx.view.namespace_ignored(ns)
     {
         return Verdict::allow();
     }
-    let r = &req.resource;
-    match (r.group.as_str(), r.version.as_str(), r.resource.as_str()) {
-        ("apps", "v1", "statefulsets") => statefulset::review(phase, req, ctx),
-        ("", "v1", "persistentvolumeclaims") => claim::review(phase, req, ctx),
-        _ => Verdict::allow(),
+    match route {
+        Route::StatefulSet => statefulset::review(phase, req, ctx),
+        Route::Claim => claim::review(phase, req, ctx),
     }
 }
 
@@ -250,7 +303,7 @@ pub fn encode_review(
 pub fn respond(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> AdmissionResponse {
     let mut response = AdmissionResponse::from(req);
     if !verdict.warnings.is_empty() {
-        response.warnings = Some(verdict.warnings);
+        response.warnings = Some(warning::fit(verdict.warnings));
     }
     match verdict.denial {
         None if verdict.patch.is_empty() => response,

@@ -68,6 +68,10 @@ pub fn review(raw: &[u8], phases: Phases, ctx: &Context<'_>) -> Result<Outcome, 
             let mutated = evaluate(Phase::Mutate, &req, ctx);
             if !mutated.is_allowed() {
                 (mutated, object.cloned())
+            } else if mutated.patch.is_empty() {
+                // Nothing patched: validation sees the request's object as it came.
+                let validated = evaluate(Phase::Validate, &req, ctx);
+                (combine(mutated, validated), object.cloned())
             } else {
                 let patched = apply(object, &mutated)?;
                 let validate_req = with_object(&req, patched.as_ref())?;

@@ -29,6 +29,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::Route;
 use super::offline::BadReview;
 
 /// What the rules read of an object besides the rest of it, by the review's resource.
@@ -178,9 +179,18 @@ impl<O> Request<O> {
         object: impl Fn(O, Reads) -> Result<DynamicObject, String>,
     ) -> Result<AdmissionRequest<DynamicObject>, DecodeError> {
         let reads = Reads::of(&self.resource);
+        // The objects of a request no rule handles are not built, nor required to be
+        // Kubernetes objects (a CONNECT carries options without metadata).
+        let handled = Route::of(
+            &self.resource,
+            self.sub_resource.as_deref(),
+            &self.operation,
+        )
+        .is_some();
         let uid = &self.uid;
         let object = |field: &str, o: Option<O>| {
-            o.map(|o| object(o, reads))
+            o.filter(|_| handled)
+                .map(|o| object(o, reads))
                 .transpose()
                 .map_err(|e| DecodeError {
                     error: BadReview::Decode(format!("request.{field}: {e}")),
@@ -296,6 +306,11 @@ pub fn object_from_value(
 /// request's resource, to compare the two.
 #[doc(hidden)]
 pub fn forget_unread(req: &mut AdmissionRequest<DynamicObject>) {
+    if Route::of_request(req).is_none() {
+        req.object = None;
+        req.old_object = None;
+        return;
+    }
     let reads = Reads::of(&req.resource);
     for o in [req.object.as_mut(), req.old_object.as_mut()]
         .into_iter()
@@ -635,13 +650,19 @@ mod tests {
     fn every_fixture_decodes_as_kube_decodes_it() {
         let all = fixtures();
         assert!(all.len() >= 12, "fixtures found: {}", all.len());
-        let (mut claims, mut sets_trimmed) = (0, 0);
+        let (mut claims, mut sets_trimmed, mut unhandled) = (0, 0, 0);
         for (name, review) in all {
             let body = serde_json::to_vec(&review).expect("json");
             let ours = decode_review(&body).unwrap_or_else(|e| panic!("{name}: {e:?}"));
             let slow = decode_review_slowly(std::str::from_utf8(&body).expect("utf-8"))
                 .unwrap_or_else(|e| panic!("{name}: {e:?}"));
             assert!(same(&ours, &slow), "{name}: both ways agree");
+            if Route::of_request(&ours).is_none() {
+                // Options objects (PodExecOptions) are no DynamicObject for kube either.
+                assert!(ours.object.is_none() && ours.old_object.is_none(), "{name}");
+                unhandled += 1;
+                continue;
+            }
             let mut theirs = kube_decode(&review);
             if theirs.resource.resource == "persistentvolumeclaims" {
                 claims += 1;
@@ -659,7 +680,10 @@ mod tests {
                 assert_eq!(object.data["spec"].get("template"), None, "{name}");
             }
         }
-        assert!(claims > 0 && sets_trimmed > 0, "{claims} {sets_trimmed}");
+        assert!(
+            claims > 0 && sets_trimmed > 0 && unhandled > 0,
+            "{claims} {sets_trimmed} {unhandled}"
+        );
     }
 
     fn review(object: Value) -> Value {
@@ -751,6 +775,58 @@ mod tests {
         );
     }
 
+    /// What the apiserver sends for `kubectl exec`: a CONNECT of `pods/exec` whose object is
+    /// `PodExecOptions`, with no metadata.
+    fn connect_exec() -> Value {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u-exec", "kind": {"group": "", "version": "v1", "kind": "PodExecOptions"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "exec",
+            "requestKind": {"group": "", "version": "v1", "kind": "PodExecOptions"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestSubResource": "exec",
+            "name": "web-0", "namespace": "default", "operation": "CONNECT",
+            "userInfo": {"username": "kubernetes-admin", "groups": ["kubeadm:cluster-admins", "system:authenticated"]},
+            "object": {"kind": "PodExecOptions", "apiVersion": "v1", "stdin": true, "stdout": true,
+                       "tty": true, "container": "app", "command": ["sh"]},
+            "oldObject": null, "dryRun": false, "options": null}})
+    }
+
+    #[test]
+    fn unhandled_requests_need_no_kubernetes_objects() {
+        let mut cases = vec![("CONNECT pods/exec".to_owned(), connect_exec())];
+        // The same resources the rules handle, with a subresource or another operation.
+        for (sub, operation) in [
+            (Some("status"), "UPDATE"),
+            (Some("scale"), "UPDATE"),
+            (None, "DELETE"),
+            (None, "CONNECT"),
+        ] {
+            for object in [json!({"spec": {}}), json!([1]), json!("x"), json!(7)] {
+                let mut r = with_resource(review(object.clone()), "apps", "statefulsets");
+                r["request"]["operation"] = json!(operation);
+                r["request"]["oldObject"] = object.clone();
+                if let Some(sub) = sub {
+                    r["request"]["subResource"] = json!(sub);
+                }
+                cases.push((format!("{sub:?} {operation} {object}"), r));
+            }
+        }
+        for (what, review) in cases {
+            let decoded = decode_review(&serde_json::to_vec(&review).expect("json"))
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            assert_eq!(decoded.uid, review["request"]["uid"], "{what}");
+            assert!(
+                decoded.object.is_none() && decoded.old_object.is_none(),
+                "{what}"
+            );
+        }
+        // A body that is not JSON is still refused, handled or not.
+        let mut body = serde_json::to_string(&connect_exec()).expect("json");
+        body = body.replace(r#""stdin":true"#, r#""stdin"::true"#);
+        assert!(error_of(body.as_bytes()).0.starts_with("not JSON: "));
+    }
+
     #[test]
     fn objects_decode_like_kube_dynamic_objects() {
         for object in [
@@ -821,15 +897,16 @@ mod tests {
             json!({"spec": {"replicas": 3,
                 "volumeClaimTemplates": [{"metadata": {"name": "data"}}]}})
         );
-        // Another resource keeps them (a claim has no pod template; this one is hostile).
-        for (group, resource) in [("", "persistentvolumeclaims"), ("apps", "deployments")] {
-            let other = with_resource(review(object.clone()), group, resource);
-            let decoded =
-                decode_review(&serde_json::to_vec(&other).expect("json")).expect("decodes");
-            let data = decoded.object.expect("object").data;
-            assert_eq!(data["spec"], object["spec"], "{resource}");
-            assert_eq!(data["status"], object["status"], "{resource}");
-        }
+        // A claim keeps them (it has no pod template; this one is hostile).
+        let other = with_resource(review(object.clone()), "", "persistentvolumeclaims");
+        let decoded = decode_review(&serde_json::to_vec(&other).expect("json")).expect("decodes");
+        let data = decoded.object.expect("object").data;
+        assert_eq!(data["spec"], object["spec"]);
+        assert_eq!(data["status"], object["status"]);
+        // A resource no rule handles: its objects are not built at all.
+        let other = with_resource(review(object.clone()), "apps", "deployments");
+        let decoded = decode_review(&serde_json::to_vec(&other).expect("json")).expect("decodes");
+        assert!(decoded.object.is_none());
         // What is read past is still checked: a body with a broken template is not JSON.
         let mut body = serde_json::to_string(&set).expect("json");
         body = body.replace(r#""containers":"#, r#""containers"::"#);

@@ -103,6 +103,17 @@ fn update(old: &Value, new: &Value) -> Value {
         .into_json()
 }
 
+fn warnings_of(response: &Value) -> Vec<String> {
+    response["warnings"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn ctx<'a>(view: &'a ClusterView, policy: &'a Policy) -> Context<'a> {
     Context { view, policy }
 }
@@ -320,7 +331,10 @@ fn malformed_class_limits_are_reported_as_warnings() {
     let policy = Policy::default();
     for (class, shown) in [
         ("broken", "\"ten gigs\"".to_owned()),
-        ("huge-limit", format!("\"{}...\"", "x".repeat(64))),
+        (
+            "huge-limit",
+            format!("\"{}\"... (cut from 5000 characters)", "x".repeat(64)),
+        ),
     ] {
         let review = update(
             &bound(pvc(Some(class), "1Gi"), "1Gi"),
@@ -333,12 +347,17 @@ fn malformed_class_limits_are_reported_as_warnings() {
         )
         .expect("review");
         assert!(out.allowed);
-        let warnings = out.review["response"]["warnings"].to_string();
+        let list = warnings_of(&out.review["response"]);
+        assert!(
+            list.iter().all(|w| w.chars().count() <= 256),
+            "{class}: {list:?}"
+        );
+        let warnings = list.join("\n");
         assert!(
             warnings.contains(&format!(
-                "annotation stateful-admission.io/max-volume-size is {}",
-                shown.replace('"', "\\\"")
-            )) && warnings.contains("no size limit applies"),
+                "StorageClass \"{class}\": annotation stateful-admission.io/max-volume-size is {shown}, which is not a size"
+            )) && warnings.contains("quantities must match the regular expression")
+                && warnings.contains("; no size limit applies"),
             "{class}: {warnings}"
         );
         assert!(warnings.len() < 600, "{class}: hostile value not cut");
@@ -513,7 +532,7 @@ fn warnings_come_from_the_old_status_only_where_it_tells() {
             "allocated above capacity",
             json!({"phase": "Bound", "capacity": {"storage": "1Gi"}, "allocatedResources": {"storage": "2Gi"}}),
             vec![
-                "a previous expansion of this claim has not finished (status.allocatedResources.storage is 2Gi, status.capacity.storage is 1Gi); the new size 4Gi is requested on top of it",
+                "a previous expansion of this claim has not finished: status.allocatedResources.storage is 2Gi, status.capacity.storage is 1Gi; the new size 4Gi is requested on top of it",
             ],
         ),
         (
@@ -522,7 +541,7 @@ fn warnings_come_from_the_old_status_only_where_it_tells() {
                    "allocatedResourceStatuses": {"storage": "NodeResizePending"},
                    "conditions": [{"type": "Resizing", "status": "True"}, {"type": "Other", "status": "True"}]}),
             vec![
-                "a previous expansion of this claim has not finished (status.allocatedResourceStatuses.storage is NodeResizePending, condition Resizing is True); the new size 4Gi is requested on top of it",
+                "a previous expansion of this claim has not finished: status.allocatedResourceStatuses.storage is NodeResizePending; condition Resizing is True; the new size 4Gi is requested on top of it",
             ],
         ),
         (
@@ -545,7 +564,7 @@ fn warnings_come_from_the_old_status_only_where_it_tells() {
                    "allocatedResourceStatuses": {"storage": "ControllerResizeInfeasible"},
                    "conditions": [{"type": "ControllerResizeError", "status": "True"}]}),
             vec![
-                "a previous expansion of this claim failed (ControllerResizeInfeasible, ControllerResizeError); to recover, lower the request to a value above status.capacity.storage (1Gi)",
+                "a previous expansion of this claim failed (ControllerResizeInfeasible, ControllerResizeError): to recover, lower the request to a value above status.capacity.storage (1Gi)",
             ],
         ),
     ];
@@ -572,7 +591,7 @@ fn retroactive_class_assignment_is_allowed_and_warned_about_when_unknown() {
         (
             "ghost",
             vec![
-                "spec.storageClassName is set to \"ghost\", but no such StorageClass exists; the claim stays Pending until it does",
+                "spec.storageClassName: set to \"ghost\", but no such StorageClass exists; the claim stays Pending until it does",
             ],
         ),
     ] {
@@ -726,7 +745,7 @@ async fn default_class_table_through_the_router_and_offline_review() {
             create_in("typo", None, None),
             Some("std"),
             vec![
-                "namespace \"typo\" names \"fsat\" in stateful-admission.io/default-storage-class but no such StorageClass exists; using the cluster default \"std\"".to_owned(),
+                "namespace \"typo\": annotation stateful-admission.io/default-storage-class names \"fsat\", but no such StorageClass exists; using the cluster default \"std\"".to_owned(),
             ],
         ),
         (
@@ -800,7 +819,7 @@ fn no_default_anywhere_leaves_the_claim_alone() {
     assert_eq!(
         verdict.warnings,
         vec![
-            "namespace \"typo\" names \"fsat\" in stateful-admission.io/default-storage-class but no such StorageClass exists; the claim is left without a class"
+            "namespace \"typo\": annotation stateful-admission.io/default-storage-class names \"fsat\", but no such StorageClass exists; the claim is left without a class"
         ]
     );
     assert_eq!(default_class::pick_default_class(&view, "typo"), None);
@@ -1066,12 +1085,13 @@ fn stored_template_table() {
             set_claim(Some("1Gi"), None),
             json!([{"op": "add", "path": "/spec/volumeAttributesClassName", "value": "io"}]),
             vec![
-                "the stored template \"data\" asks for storage \"2 gigs\", which is not a quantity; the claim keeps its request",
+                "the stored template \"data\": asks for storage \"2 gigs\", which is not a quantity; the claim keeps its request",
             ],
         ),
     ];
     for (what, view, claim, want_patch, want_warnings) in cases {
         let req = ReviewBuilder::claim("CREATE")
+            .username(STATEFULSET_CONTROLLER)
             .object(claim)
             .request()
             .expect("request");
@@ -1115,15 +1135,201 @@ fn hostile_stored_annotations_leave_the_claim_alone_with_a_warning() {
         let verdict = evaluate(Phase::Mutate, &req, &ctx(&view, &policy));
         assert!(verdict.is_allowed(), "{what}");
         assert!(verdict.patch.is_empty(), "{what}");
-        assert_eq!(verdict.warnings.len(), 1, "{what}");
-        let w = &verdict.warnings[0];
+        // Two warnings when the parser's message is long; every fact whole, in order.
+        let w = &verdict.warnings;
+        assert!((1..=2).contains(&w.len()), "{what}: {w:?}");
+        assert!(w.iter().all(|w| w.chars().count() <= 256), "{what}: {w:?}");
+        let all = w.join("; ").replace("; StatefulSet default/web: ", "; ");
         assert!(
-            w.starts_with("StatefulSet default/web: annotation stateful-admission.io/desired-volume-claim-templates is not a JSON array of claim templates (")
-                && w.ends_with("); claim \"data-web-0\" is created from the set's current template")
-                && w.len() < 400,
-            "{what}: {w}"
+            all.starts_with("StatefulSet default/web: annotation stateful-admission.io/desired-volume-claim-templates is not a JSON array of claim templates (")
+                && all.ends_with("); claim \"data-web-0\" is created from the set's current template"),
+            "{what}: {w:?}"
         );
     }
+}
+
+// ------------------------------------------- claims created by someone else keep their values
+
+const STATEFULSET_CONTROLLER: &str = "system:serviceaccount:kube-system:statefulset-controller";
+
+/// `data-web-0` as the StatefulSet controller creates it (the captured request), with the
+/// requesting user replaced.
+fn capture_by(username: &str) -> Value {
+    let mut review = fixture("apiserver/pvc-create-by-statefulset-controller.mutate.json");
+    review["request"]["userInfo"]["username"] = json!(username);
+    review
+}
+
+fn cli(args: &[&str], review: &Value, env: Option<(&str, &str)>) -> crate::common::Run {
+    let file = temp_file(".json", review.to_string().as_bytes());
+    let state = fixture_path("claim/state.yaml");
+    let mut all = vec!["review", "--state", state.to_str().expect("path")];
+    all.extend_from_slice(args);
+    all.push(file.path().to_str().expect("path"));
+    match env {
+        None => run_binary(&all, None),
+        Some((key, value)) => crate::common::run_binary_with_env(&all, &[(key, value)]),
+    }
+}
+
+/// Only the StatefulSet controller's claims get the set's recorded template values: its own
+/// service account (`--use-service-account-credentials`) or the controller-manager's single
+/// credential, by default. A claim pre-created by a person keeps its own values, with warnings
+/// that say so, what the template would have set and how to get it.
+#[tokio::test]
+async fn claims_created_by_anyone_else_keep_their_values() {
+    let view = set_state();
+    let policy = Policy::default();
+    let router = app(view.clone(), policy.clone());
+    let controller_patch = json!([
+        {"op": "add", "path": "/spec/storageClassName", "value": "std"},
+        {"op": "add", "path": "/spec/resources/requests/storage", "value": "2Gi"},
+        {"op": "add", "path": "/spec/volumeAttributesClassName", "value": "fast-io"},
+        {"op": "add", "path": "/metadata/labels/helm.sh~1chart", "value": "web-1.1.0"},
+        {"op": "add", "path": "/metadata/labels/tier", "value": "db"},
+        {"op": "add", "path": "/metadata/annotations", "value": {"backup": "daily"}},
+    ]);
+    for review in [
+        fixture("apiserver/pvc-create-by-statefulset-controller.mutate.json"),
+        fixture("claim/pvc-create-by-kube-controller-manager.mutate.json"),
+    ] {
+        let who = review["request"]["userInfo"]["username"].clone();
+        let response = crate::common::review_response(&router, "/mutate", &review).await;
+        assert_eq!(patch_of(&response), controller_patch, "{who}");
+        assert!(response.get("warnings").is_none(), "{who}: {response}");
+        let run = cli(&[], &review, None);
+        assert_eq!(run.code, 0, "{who}: {}", run.stderr);
+        assert_eq!(patch_of(&run.json()["response"]), controller_patch, "{who}");
+    }
+
+    // `kubectl apply` of a claim restored from a snapshot at 10Gi, by the kubeadm admin.
+    let admin = fixture("claim/pvc-create-by-kubernetes-admin.mutate.json");
+    let want_warnings = [
+        "PersistentVolumeClaim data-web-3 keeps its own values: created by \"kubernetes-admin\", not by the StatefulSet controller",
+        "template \"data\" of StatefulSet web not applied: storage 10Gi -> 2Gi; volumeAttributesClassName unset -> \"fast-io\"; labels helm.sh/chart, tier; annotations backup",
+        "PersistentVolumeClaim data-web-3 keeps its own values: to get the template's values, delete the claim before its pod uses it and let the StatefulSet controller create it",
+        "PersistentVolumeClaim data-web-3 keeps its own values: a StatefulSet controller running as another user belongs in --statefulset-controller-users",
+    ];
+    let response = crate::common::review_response(&router, "/mutate", &admin).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(response.get("patch").is_none(), "{response}");
+    assert_eq!(warnings_of(&response), want_warnings);
+    for w in warnings_of(&response) {
+        assert!(
+            w.chars().count() <= 256,
+            "{} characters: {w}",
+            w.chars().count()
+        );
+    }
+    let run = cli(&[], &admin, None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out = run.json();
+    assert!(out["response"].get("patch").is_none(), "{out}");
+    assert_eq!(warnings_of(&out["response"]), want_warnings);
+    // Offline, the object comes out as the user wrote it.
+    let outcome = offline::review(
+        admin.to_string().as_bytes(),
+        Phases::Both,
+        &ctx(&view, &policy),
+    )
+    .expect("review");
+    assert_eq!(outcome.object.as_ref(), Some(&admin["request"]["object"]));
+
+    // The flag (or its environment variable) names the StatefulSet controller's user where a
+    // distribution differs; the default users are then no longer trusted.
+    let custom = "system:serviceaccount:kube-system:sts-controller";
+    for (args, env) in [
+        (vec!["--statefulset-controller-users", custom], None),
+        (
+            vec![],
+            Some(("STATEFUL_ADMISSION_STATEFULSET_CONTROLLER_USERS", custom)),
+        ),
+    ] {
+        let run = cli(&args, &capture_by(custom), env);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(
+            patch_of(&run.json()["response"]),
+            controller_patch,
+            "{args:?} {env:?}"
+        );
+        let run = cli(
+            &args,
+            &fixture("apiserver/pvc-create-by-statefulset-controller.mutate.json"),
+            env,
+        );
+        let response = &run.json()["response"];
+        assert_eq!(
+            patch_of(response),
+            json!([{"op": "add", "path": "/spec/storageClassName", "value": "std"}]),
+            "{args:?}: only the default class"
+        );
+        assert_eq!(warnings_of(response).len(), 4, "{response}");
+    }
+    let run = cli(
+        &[
+            "--statefulset-controller-users",
+            &format!("{custom},kubernetes-admin"),
+        ],
+        &admin,
+        None,
+    );
+    assert!(
+        run.json()["response"].get("patch").is_some(),
+        "a listed user is trusted"
+    );
+
+    // A claim of another user that already has the template's values: no warning.
+    let mut same = admin.clone();
+    let object = &mut same["request"]["object"];
+    object["spec"]["resources"]["requests"]["storage"] = json!("2Gi");
+    object["spec"]["volumeAttributesClassName"] = json!("fast-io");
+    object["metadata"]["labels"] =
+        json!({"app": "web", "helm.sh/chart": "web-1.1.0", "tier": "db"});
+    object["metadata"]["annotations"]["backup"] = json!("daily");
+    let response = crate::common::review_response(&router, "/mutate", &same).await;
+    assert!(
+        response.get("patch").is_none() && response.get("warnings").is_none(),
+        "{response}"
+    );
+
+    // No user name at all is not the StatefulSet controller either.
+    let mut anonymous = capture_by("x");
+    anonymous["request"]["userInfo"] = json!({});
+    let response = crate::common::review_response(&router, "/mutate", &anonymous).await;
+    assert!(
+        warnings_of(&response)[0].contains("created by an unnamed user, not by"),
+        "{response}"
+    );
+}
+
+/// Where the set's policy is `InPlace`, the controller patches existing claims anyway: the
+/// warning says so instead of suggesting a delete.
+#[test]
+fn under_in_place_the_warning_says_the_controller_patches_the_claim() {
+    let text = std::fs::read(fixture_path("claim/state.yaml")).expect("state");
+    let text = String::from_utf8(text).expect("utf-8").replace(
+        "      annotations:\n        stateful-admission.io/desired-volume-claim-templates",
+        "      annotations:\n        stateful-admission.io/volume-claim-update-policy: InPlace\n        stateful-admission.io/desired-volume-claim-templates",
+    );
+    let objects = stateful_admission::cluster::state_file::parse("state.yaml", text.as_bytes())
+        .expect("state");
+    let view = ClusterView::from_objects(objects);
+    let policy = Policy::default();
+    let admin = fixture("claim/pvc-create-by-kubernetes-admin.mutate.json");
+    let out = offline::review(
+        admin.to_string().as_bytes(),
+        Phases::Both,
+        &ctx(&view, &policy),
+    )
+    .expect("review");
+    let warnings = warnings_of(&out.review["response"]);
+    assert_eq!(
+        warnings.last().map(String::as_str),
+        Some(
+            "PersistentVolumeClaim data-web-3 keeps its own values: policy InPlace: the controller patches it to the template later, as the set's other claims; a StatefulSet controller running as another user belongs in --statefulset-controller-users"
+        ),
+        "{warnings:?}"
+    );
 }
 
 // ---------------------------------------------------------------- bad input
@@ -1250,7 +1456,9 @@ fn a_hostile_namespace_default_is_quoted_cut_and_ignored() {
     assert_eq!(verdict.warnings.len(), 1);
     let w = &verdict.warnings[0];
     assert!(
-        w.contains("names \"../../") && w.contains("...\" in") && w.len() < 300,
+        w.contains("names \"../../")
+            && w.contains("\"... (cut from 15002 characters), but no such StorageClass exists")
+            && w.chars().count() <= 256,
         "{w}"
     );
 }

@@ -72,9 +72,9 @@ fn metric_line(metrics: &str, prefix: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Unavailable replicas of the set: missing, or not Running and Ready.
-fn unavailable(pods: &BTreeMap<String, Value>) -> usize {
-    (0..REPLICAS)
+/// Unavailable replicas of a set of `replicas`: missing, or not Running and Ready.
+fn unavailable(pods: &BTreeMap<String, Value>, replicas: u32) -> usize {
+    (0..replicas)
         .filter(|&n| !pods.get(&pod_name(n)).is_some_and(pod_is_available))
         .count()
 }
@@ -93,6 +93,16 @@ struct Observed {
 /// Checks the invariants after every committed change of the store: a model of the set's
 /// pods is kept from the change stream itself, so no intermediate state is missed.
 fn watch_invariants(api: &FakeApiServer) -> (Arc<Mutex<Observed>>, tokio::task::JoinHandle<()>) {
+    watch_set(api, REPLICAS, PARTITION, MAX_UNAVAILABLE)
+}
+
+/// [`watch_invariants`] for a set of `replicas` with `partition` and a budget of `budget`.
+fn watch_set(
+    api: &FakeApiServer,
+    replicas: u32,
+    partition: u32,
+    budget: usize,
+) -> (Arc<Mutex<Observed>>, tokio::task::JoinHandle<()>) {
     let mut changes = api.subscribe();
     let mut pods: BTreeMap<String, Value> = api
         .list_objects(ResourceType::of::<Pod>())
@@ -100,11 +110,11 @@ fn watch_invariants(api: &FakeApiServer) -> (Arc<Mutex<Observed>>, tokio::task::
         .filter(|p| p.pointer("/metadata/namespace") == Some(&json!(NS)))
         .filter_map(|p| Some((p.pointer("/metadata/name")?.as_str()?.to_owned(), p)))
         .collect();
-    let below: BTreeMap<String, Value> = (0..PARTITION)
+    let below: BTreeMap<String, Value> = (0..partition)
         .filter_map(|n| Some((pod_name(n), pods.get(&pod_name(n))?.clone())))
         .collect();
     let observed = Arc::new(Mutex::new(Observed {
-        max_unavailable: unavailable(&pods),
+        max_unavailable: unavailable(&pods, replicas),
         ..Observed::default()
     }));
     let shared = observed.clone();
@@ -128,11 +138,11 @@ fn watch_invariants(api: &FakeApiServer) -> (Arc<Mutex<Observed>>, tokio::task::
                     pods.insert(name.to_owned(), change.object.clone())
                 }
             };
-            let now_unavailable = unavailable(&pods);
+            let now_unavailable = unavailable(&pods, replicas);
             let mut o = shared.lock().unwrap_or_else(|p| p.into_inner());
             o.changes += 1;
             o.max_unavailable = o.max_unavailable.max(now_unavailable);
-            if now_unavailable > MAX_UNAVAILABLE {
+            if now_unavailable > budget {
                 o.over_budget.push(format!(
                     "{:?} {name} at rv {}: {now_unavailable} unavailable",
                     change.kind, change.resource_version
@@ -153,13 +163,19 @@ fn watch_invariants(api: &FakeApiServer) -> (Arc<Mutex<Observed>>, tokio::task::
 
 /// Creates the set through the API and waits for the simulated cluster to run it.
 async fn running_set(api: &FakeApiServer, policy: &str, builtin_update: bool) -> StatefulSetSim {
+    running(api, &web(policy), builtin_update).await
+}
+
+/// Creates `set` through the API and waits for the simulated cluster to run all its replicas.
+async fn running(api: &FakeApiServer, set: &StatefulSet, builtin_update: bool) -> StatefulSetSim {
     let sets: Api<StatefulSet> = Api::namespaced(api.client(), NS);
-    sets.create(&PostParams::default(), &web(policy))
+    sets.create(&PostParams::default(), set)
         .await
         .expect("the set is created");
+    let replicas = set.spec.replicas.unwrap_or(1) as u32;
     let sim = StatefulSetSim::start(api, NS, SET, SimConfig::default(), builtin_update);
     let settled = eventually(Duration::from_secs(20), || {
-        (0..REPLICAS).all(|n| {
+        (0..replicas).all(|n| {
             api.get_object(ResourceType::of::<Pod>(), NS, &pod_name(n))
                 .is_some_and(|p| pod_is_available(&p))
         })
@@ -631,4 +647,227 @@ async fn eventually_events(api: &FakeApiServer) -> Vec<String> {
     };
     eventually(Duration::from_secs(15), || notes().len() >= 2).await;
     notes()
+}
+
+// ------------------------------------------------- one restart per pod, whatever the spelling
+
+/// Replicas of the sets below, as in the rollout reported from a real v1.32 control plane.
+const SPELLED_REPLICAS: u32 = 5;
+
+/// The ways a user asks for maxUnavailable 2 where the apiserver's gate is off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spelling {
+    /// `updateStrategy: {type: RollingUpdate}` without `rollingUpdate`, and the annotation:
+    /// defaulting leaves `rollingUpdate` nil.
+    TypeOnly,
+    /// `rollingUpdate: {maxUnavailable: 2}`: the apiserver drops the field and defaults the
+    /// partition; the webhook keeps the value in the annotation.
+    NativeField,
+    /// No update strategy at all, and the annotation: defaulting gives
+    /// `{type: RollingUpdate, rollingUpdate: {partition: 0}}`.
+    EmptyType,
+}
+
+/// The set as the user writes it.
+fn spelled(spelling: Spelling, policy: &str) -> Value {
+    let mut set = json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": SET, "namespace": NS},
+        "spec": {
+            "replicas": SPELLED_REPLICAS,
+            "serviceName": SET,
+            "podManagementPolicy": policy,
+            "selector": {"matchLabels": {"app": SET}},
+            "template": {"metadata": {"labels": {"app": SET}},
+                         "spec": {"containers": [{"name": "app", "image": "app:1"}]}},
+        },
+    });
+    let annotation = json!({"stateful-admission.io/max-unavailable": "2"});
+    match spelling {
+        Spelling::TypeOnly => {
+            set["metadata"]["annotations"] = annotation;
+            set["spec"]["updateStrategy"] = json!({"type": "RollingUpdate"});
+        }
+        Spelling::NativeField => {
+            set["spec"]["updateStrategy"] =
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}});
+        }
+        Spelling::EmptyType => set["metadata"]["annotations"] = annotation,
+    }
+    set
+}
+
+/// `set` as the mutating webhook leaves it on CREATE, where the controller found the gate off:
+/// the rules run on an AdmissionReview shaped like the apiserver's, and their patch is applied
+/// (the fake API server has no admission of its own).
+fn admitted(set: Value) -> Value {
+    let review = admission::builder::ReviewBuilder::statefulset("CREATE")
+        .object(set)
+        .into_json();
+    let view = stateful_admission::cluster::ClusterView::empty();
+    let policy = admission::Policy::default().with_max_unavailable_gate(GateStatus::Disabled);
+    let ctx = admission::Context {
+        view: &view,
+        policy: &policy,
+    };
+    let outcome = admission::offline::review(
+        &serde_json::to_vec(&review).expect("json"),
+        admission::offline::Phases::Only(admission::Phase::Mutate),
+        &ctx,
+    )
+    .expect("the webhook answers");
+    assert!(outcome.allowed, "{}", outcome.review);
+    outcome.object.expect("the set")
+}
+
+/// Pod deletions of one rollout, by pod: the driver's (through the API) and the built-in
+/// controller's (in the simulation).
+struct Restarts {
+    by_pod: BTreeMap<String, usize>,
+    ours: usize,
+    builtin: usize,
+    observed: Observed,
+    notes: Vec<String>,
+}
+
+/// Creates `set` (through the webhook when `webhook`), runs the driver and the simulated
+/// built-in controller with the gate off, updates the image and counts the deletions per pod
+/// until every replica runs the update revision.
+async fn restarts(set: Value, webhook: bool) -> Restarts {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| c.drop_statefulset_max_unavailable = true);
+    let set = if webhook { admitted(set) } else { set };
+    let set: StatefulSet = serde_json::from_value(set).expect("a valid StatefulSet");
+    let sim = running(&api, &set, true).await;
+    let controller = RunningController::start(&api, driver_config("replica-a"));
+    assert!(
+        eventually(Duration::from_secs(10), || controller
+            .metrics()
+            .contains("max_unavailable_gate_enabled 0"))
+        .await,
+        "the gate is probed"
+    );
+    let (observed, watcher) = watch_set(&api, SPELLED_REPLICAS, 0, 2);
+    api.clear_requests();
+    update_image(&api).await;
+    let done = eventually(Duration::from_secs(30), || {
+        (0..SPELLED_REPLICAS).all(|n| {
+            api.get_object(ResourceType::of::<Pod>(), NS, &pod_name(n))
+                .is_some_and(|p| pod_is_available(&p) && pod_revision(&p) == Some("web-rev2"))
+        })
+    })
+    .await;
+    // What happens after the last pod is replaced counts too (a pod back at the old revision
+    // would be deleted again).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ours: Vec<String> = pod_deletions(&api)
+        .into_iter()
+        .filter(|(_, _, code)| *code == 200)
+        .filter_map(|(path, _, _)| path.rsplit('/').next().map(str::to_owned))
+        .collect();
+    let notes: Vec<String> = api
+        .list_objects(&resources::EVENTS)
+        .into_iter()
+        .filter(|e| e["type"] == "Warning")
+        .filter_map(|e| {
+            Some(format!(
+                "{}: {}",
+                e["reason"].as_str()?,
+                e["note"].as_str()?
+            ))
+        })
+        .collect();
+    controller.stop().await;
+    let stats = sim.stop().await;
+    watcher.abort();
+    let mut by_pod: BTreeMap<String, usize> =
+        (0..SPELLED_REPLICAS).map(|n| (pod_name(n), 0)).collect();
+    for pod in ours.iter().chain(&stats.deleted_by_builtin) {
+        *by_pod.entry(pod.clone()).or_default() += 1;
+    }
+    let observed = std::mem::take(&mut *observed.lock().unwrap_or_else(|p| p.into_inner()));
+    assert!(done, "the rollout completes: deletions so far {by_pod:?}");
+    Restarts {
+        by_pod,
+        ours: ours.len(),
+        builtin: stats.deleted_by_builtin.len(),
+        observed,
+        notes,
+    }
+}
+
+/// Each pod is deleted exactly once for the update, within the budget, and the driver used it.
+async fn each_pod_restarts_once(spelling: Spelling, policy: &str) {
+    let r = restarts(spelled(spelling, policy), true).await;
+    eprintln!(
+        "{spelling:?} ({policy}): deletions per pod {:?} (driver {}, built-in {}), max unavailable {}",
+        r.by_pod, r.ours, r.builtin, r.observed.max_unavailable
+    );
+    let once: BTreeMap<String, usize> = (0..SPELLED_REPLICAS).map(|n| (pod_name(n), 1)).collect();
+    assert_eq!(
+        r.by_pod, once,
+        "{spelling:?} ({policy}): one restart per pod"
+    );
+    assert!(
+        r.observed.over_budget.is_empty(),
+        "{:?}",
+        r.observed.over_budget
+    );
+    assert_eq!(
+        r.observed.max_unavailable, 2,
+        "{spelling:?}: the budget is used"
+    );
+    assert!(r.ours > 0, "the driver deleted pods");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_type_only_strategy_restarts_each_pod_once() {
+    each_pod_restarts_once(Spelling::TypeOnly, "OrderedReady").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_type_only_strategy_restarts_each_pod_once_under_parallel() {
+    each_pod_restarts_once(Spelling::TypeOnly, "Parallel").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_native_field_restarts_each_pod_once() {
+    each_pod_restarts_once(Spelling::NativeField, "OrderedReady").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_type_restarts_each_pod_once() {
+    each_pod_restarts_once(Spelling::EmptyType, "OrderedReady").await;
+}
+
+/// A set the webhook never saw (created before the install, or while the webhook was down)
+/// keeps `rollingUpdate` nil: the driver deletes no pod that would come back at the old
+/// revision, so the built-in controller's one-at-a-time update is all that happens, and the
+/// set is reported once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_set_the_webhook_never_saw_is_left_to_the_builtin_update_and_reported() {
+    let r = restarts(spelled(Spelling::TypeOnly, "OrderedReady"), false).await;
+    eprintln!(
+        "TypeOnly without the webhook: deletions per pod {:?} (driver {}, built-in {}), max unavailable {}, events {:?}",
+        r.by_pod, r.ours, r.builtin, r.observed.max_unavailable, r.notes
+    );
+    let once: BTreeMap<String, usize> = (0..SPELLED_REPLICAS).map(|n| (pod_name(n), 1)).collect();
+    assert_eq!(r.by_pod, once, "one restart per pod");
+    assert_eq!(
+        r.ours, 0,
+        "the driver deletes nothing that would come back old"
+    );
+    assert_eq!(r.observed.max_unavailable, 1);
+    let reported: Vec<&String> = r
+        .notes
+        .iter()
+        .filter(|n| n.starts_with("MaxUnavailableNeedsRollingUpdate: "))
+        .collect();
+    assert_eq!(reported.len(), 1, "reported once: {:?}", r.notes);
+    assert!(
+        reported[0].contains("rollingUpdate: {partition: 0}"),
+        "{}",
+        reported[0]
+    );
 }

@@ -123,3 +123,40 @@ fn an_empty_standard_input_is_bad_input() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("not JSON"), "{}", run.stderr);
 }
+
+/// Requests no rule handles are allowed unchanged, whatever their objects are: a `kubectl
+/// exec` reaches a webhook as a CONNECT of `pods/exec` carrying `PodExecOptions`.
+#[test]
+fn a_connect_with_an_options_object_is_allowed_unchanged() {
+    let review = fixture_path("pod/connect-exec.json");
+    for phase in [None, Some("mutate"), Some("validate")] {
+        let mut args = vec!["review"];
+        if let Some(p) = phase {
+            args.extend(["--phase", p]);
+        }
+        args.push(path(&review));
+        let run = run_binary(&args, None);
+        assert_eq!(run.code, 0, "{phase:?}: {}", run.stderr);
+        let response = &run.json()["response"];
+        assert_eq!(response["uid"], "c0e7a3d2-6b1f-4e9a-8d5c-2f4b6a8c0e1d");
+        assert_eq!(response["allowed"], true);
+        assert!(response.get("patch").is_none(), "{response}");
+        assert!(response.get("warnings").is_none(), "{response}");
+    }
+    // The same object in a request the rules handle is bad input.
+    let mut handled: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&review).expect("fixture")).expect("json");
+    handled["request"]["resource"] =
+        serde_json::json!({"group": "", "version": "v1", "resource": "persistentvolumeclaims"});
+    handled["request"]["subResource"] = serde_json::Value::Null;
+    handled["request"]["operation"] = serde_json::json!("CREATE");
+    let file = temp_file(".json", handled.to_string().as_bytes());
+    let run = run_binary(&["review", path(file.path())], None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("request.object: metadata must be an object"),
+        "{}",
+        run.stderr
+    );
+}

@@ -93,6 +93,29 @@ fn unhandled_requests() -> Vec<(&'static str, Value)> {
                 .old_object(sts)
                 .into_json(),
         ),
+        // Dispatch is decided before anything is required of the objects.
+        (
+            "a CONNECT of pods/exec carrying PodExecOptions",
+            fixture("pod/connect-exec.json"),
+        ),
+        (
+            "a status update whose object has no metadata",
+            ReviewBuilder::statefulset("UPDATE")
+                .object(json!({"status": {"replicas": 3}}))
+                .old_object(json!({"status": {"replicas": 2}}))
+                .sub_resource("status")
+                .into_json(),
+        ),
+        (
+            "a DELETE whose old object is not an object",
+            ReviewBuilder::claim("DELETE").old_object(json!([1, 2])).into_json(),
+        ),
+        (
+            "a CONNECT of a claim with options",
+            ReviewBuilder::claim("CONNECT")
+                .object(json!({"kind": "SomeOptions", "apiVersion": "v1", "path": "/"}))
+                .into_json(),
+        ),
     ]
 }
 
@@ -202,6 +225,16 @@ async fn malformed_bodies_are_400_with_a_short_json_error() {
             Some("4c114ae9-dfc0-44f7-91c9-cc0ae1fcaf46"),
         ),
         ("deeply nested", format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes(), None),
+        (
+            "a handled request whose object has no metadata",
+            serde_json::to_vec(&{
+                let mut r = fixture("apiserver/pvc-create.validate.json");
+                r["request"]["object"] = json!({"kind": "PodExecOptions", "stdin": true});
+                r
+            })
+            .expect("json"),
+            Some("4c114ae9-dfc0-44f7-91c9-cc0ae1fcaf46"),
+        ),
     ];
     for (what, body, uid) in cases {
         let (status, bytes) = post_raw(&app, "/mutate", Some("application/json"), body).await;

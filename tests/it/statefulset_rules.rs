@@ -115,7 +115,7 @@ async fn an_allowed_template_change_is_recorded_and_the_old_templates_put_back()
     assert_eq!(
         warnings(&response),
         [
-            "volume claim template \"data\" change recorded in stateful-admission.io/desired-volume-claim-templates (policy OnDelete: only new or re-created claims use it): labels, storage 1Gi -> 5Gi"
+            "volume claim template \"data\": storage 1Gi -> 5Gi; labels changed; recorded in stateful-admission.io/desired-volume-claim-templates; policy OnDelete: only new or re-created claims use it"
         ]
     );
 }
@@ -336,7 +336,10 @@ async fn the_update_policy_annotation_shapes_the_warning_and_is_validated() {
     let response = review_response(&router, "/mutate", &decrease).await;
     assert_eq!(response["allowed"], true);
     let w = warnings(&response);
-    assert!(w[0].ends_with("labels, storage 1Gi -> 512Mi"), "{w:?}");
+    assert!(
+        w[0].starts_with("volume claim template \"data\": storage 1Gi -> 512Mi; labels changed;"),
+        "{w:?}"
+    );
     assert_eq!(
         w[1],
         "volume claim template \"data\": storage decrease 1Gi -> 512Mi only affects new claims; existing claims are never shrunk"
@@ -436,7 +439,7 @@ async fn max_unavailable_above_replicas_warns_or_denies_when_strict() {
     assert_eq!(
         warnings(&response),
         [
-            "spec.updateStrategy.rollingUpdate.maxUnavailable: 5 is greater than spec.replicas (3): all 3 pods it applies to may be unavailable at once during an update"
+            "spec.updateStrategy.rollingUpdate.maxUnavailable: 5 is greater than spec.replicas (3); all 3 pods it applies to may be unavailable at once during an update"
         ]
     );
     // The validating phase repeats denials only, never the warning.
@@ -470,7 +473,7 @@ async fn max_unavailable_above_replicas_warns_or_denies_when_strict() {
     assert_eq!(
         warnings(&response),
         [
-            "spec.updateStrategy.rollingUpdate.maxUnavailable: 100% (3 of 3 pods) is greater than spec.replicas - partition (3 - 2 = 1): all 1 pods it applies to may be unavailable at once during an update"
+            "spec.updateStrategy.rollingUpdate.maxUnavailable: 100% (3 of 3 pods) is greater than spec.replicas - partition (3 - 2 = 1); all 1 pods it applies to may be unavailable at once during an update"
         ]
     );
 }
@@ -653,8 +656,8 @@ fn review_cli_warns_about_orphaned_claims_on_create() {
     assert_eq!(
         warnings(response),
         [
-            "PersistentVolumeClaim data-web-1 already exists and differs from template \"data\" in accessModes; the set will use it as is and never update it in place",
-            "PersistentVolumeClaim data-web-2 already exists and differs from template \"data\" in volumeMode; the set will use it as is and never update it in place",
+            "PersistentVolumeClaim data-web-1 already exists: differs from template \"data\" in accessModes; the set will use it as is and never update it in place",
+            "PersistentVolumeClaim data-web-2 already exists: differs from template \"data\" in volumeMode; the set will use it as is and never update it in place",
         ]
     );
     assert_eq!(
@@ -713,4 +716,144 @@ fn review_cli_records_allowed_changes_and_denies_forbidden_ones() {
             .get("patch")
             .is_none_or(Value::is_null)
     );
+}
+
+/// A template change of a long volumeAttributesClassName together with a size and a label:
+/// every change is named with its old and new value, in warnings of at most 256 characters,
+/// split rather than cut.
+#[tokio::test]
+async fn a_long_class_change_is_named_in_full_in_short_warnings() {
+    let review = fixture("statefulset/update-vct-long-class.mutate.json");
+    let old = "standard-rwo-iops-3000-throughput-125mibps-europe-west4-a";
+    let new = "premium-rwo-iops-16000-throughput-1000mibps-encrypted-europe-west4-a";
+    let want = [
+        format!(
+            "volume claim template \"data\": storage 1Gi -> 5Gi; volumeAttributesClassName \"{old}\" -> \"{new}\"; labels changed"
+        ),
+        "volume claim template \"data\": recorded in stateful-admission.io/desired-volume-claim-templates; policy OnDelete: only new or re-created claims use it".to_owned(),
+    ];
+    let router = app(ClusterView::empty(), Policy::default());
+    let response = review_response(&router, "/mutate", &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(warnings(&response), want);
+    let patch = patch_of(&response);
+    assert_eq!(patch[0]["path"], "/spec/volumeClaimTemplates");
+    assert_eq!(
+        patch[0]["value"][0]["spec"]["volumeAttributesClassName"], old,
+        "the live template is put back"
+    );
+    let stored = patch[1]["value"].as_str().expect("the desired templates");
+    assert!(stored.contains(new), "{stored}");
+
+    let run = run_binary(
+        &[
+            "review",
+            fixture_path("statefulset/update-vct-long-class.mutate.json")
+                .to_str()
+                .expect("utf-8"),
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(warnings(&run.json()["response"]), want);
+    for w in &want {
+        assert!(
+            w.chars().count() <= 256,
+            "{} characters: {w}",
+            w.chars().count()
+        );
+    }
+}
+
+/// `updateStrategy: {type: RollingUpdate}` without `rollingUpdate`, with a budget in the
+/// annotation, gets the `rollingUpdate: {partition: 0}` the apiserver defaults an empty type
+/// to: without it the StatefulSet controller re-creates a pod deleted for the budget at the
+/// old revision (upstream `newVersionedStatefulSetPod`). Nothing else is touched.
+#[tokio::test]
+async fn a_type_only_strategy_with_a_budget_gets_the_rolling_update_block() {
+    let review = fixture("statefulset/create-type-only-max-unavailable.mutate.json");
+    let want_patch = json!([{"op": "add", "path": "/spec/updateStrategy/rollingUpdate",
+                             "value": {"partition": 0}}]);
+    let want_warnings = [
+        "spec.updateStrategy.rollingUpdate: set to {partition: 0}, as the apiserver defaults an empty type; without it the StatefulSet controller re-creates pods deleted for stateful-admission.io/max-unavailable at the old revision",
+    ];
+    let router = app(ClusterView::empty(), Policy::default());
+    let response = review_response(&router, "/mutate", &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(patch_of(&response), want_patch);
+    assert_eq!(warnings(&response), want_warnings);
+    assert!(warnings(&review_response(&router, "/validate", &review).await).is_empty());
+
+    // The apiserver's order, then a reinvocation on the result: nothing more to do.
+    let view = ClusterView::empty();
+    let policy = Policy::default();
+    let first = offline_review(&review, Phases::Both, &view, &policy);
+    assert!(first.allowed, "{}", first.review);
+    let object = first.object.expect("object");
+    assert_eq!(
+        object["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+    );
+    let mut expected = review["request"]["object"].clone();
+    expected["spec"]["updateStrategy"] = object["spec"]["updateStrategy"].clone();
+    assert_eq!(object, expected, "nothing else changes");
+    let again = set(review.clone(), "/request/object", object);
+    let second = offline_review(&again, Phases::Only(Phase::Mutate), &view, &policy);
+    assert!(
+        second.review["response"].get("patch").is_none(),
+        "{}",
+        second.review
+    );
+
+    let run = run_binary(
+        &[
+            "review",
+            fixture_path("statefulset/create-type-only-max-unavailable.mutate.json")
+                .to_str()
+                .expect("utf-8"),
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(patch_of(&run.json()["response"]), want_patch);
+
+    // A set stored before the webhook ran gets it on its next update; `rollingUpdate: null`
+    // is the same as none.
+    let mut update = set(review.clone(), "/request/operation", json!("UPDATE"));
+    update["request"]["oldObject"] = review["request"]["object"].clone();
+    update["request"]["object"]["spec"]["updateStrategy"]["rollingUpdate"] = Value::Null;
+    let response = review_response(&router, "/mutate", &update).await;
+    assert_eq!(patch_of(&response), want_patch);
+
+    // Not where defaulting already gave one, nor without a budget, nor for OnDelete.
+    for (what, review) in [
+        (
+            "an empty type",
+            set(
+                review.clone(),
+                "/request/object/spec/updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            ),
+        ),
+        ("no budget", {
+            let mut r = review.clone();
+            r["request"]["object"]["metadata"]["annotations"]
+                .as_object_mut()
+                .and_then(|a| a.remove(MAX_UNAVAILABLE))
+                .expect("the annotation");
+            r
+        }),
+        (
+            "OnDelete",
+            set(
+                review.clone(),
+                "/request/object/spec/updateStrategy",
+                json!({"type": "OnDelete"}),
+            ),
+        ),
+    ] {
+        let response = review_response(&router, "/mutate", &review).await;
+        assert_eq!(response["allowed"], true, "{what}: {response}");
+        assert_eq!(patch_of(&response), json!([]), "{what}");
+    }
 }

@@ -123,6 +123,9 @@ matchConditions:
     expression: >-
       request.resource.resource != 'statefulsets' || request.operation != 'UPDATE' ||
       !has(object.spec) || !has(oldObject.spec) ||
+      (has(object.spec.updateStrategy) && has(object.spec.updateStrategy.type) &&
+      object.spec.updateStrategy.type == 'RollingUpdate' && !has(object.spec.updateStrategy.rollingUpdate) &&
+      has(object.metadata.annotations) && 'stateful-admission.io/max-unavailable' in object.metadata.annotations) ||
       (has(object.spec.volumeClaimTemplates) ? object.spec.volumeClaimTemplates : []) !=
       (has(oldObject.spec.volumeClaimTemplates) ? oldObject.spec.volumeClaimTemplates : []) ||
       {{- range list "spec.replicas" "spec.updateStrategy.type" "spec.updateStrategy.rollingUpdate.partition" "spec.updateStrategy.rollingUpdate.maxUnavailable" }}

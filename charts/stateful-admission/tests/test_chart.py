@@ -311,6 +311,25 @@ MATCH_CASES = [
      _statefulset(metadata__annotations=None), True),
     ("no annotations either side", "statefulsets", "UPDATE",
      _statefulset(metadata__annotations=None), _statefulset(metadata__annotations=None), False),
+    # A set that asks for a budget with `{type: RollingUpdate}` and no `rollingUpdate` is sent
+    # on every update, so that the webhook can add `rollingUpdate: {partition: 0}`.
+    ("type-only strategy with a budget, image bump", "statefulsets", "UPDATE",
+     _statefulset(spec__updateStrategy={"type": "RollingUpdate"},
+                  metadata__annotations={"stateful-admission.io/max-unavailable": "2"}),
+     _statefulset(spec__updateStrategy={"type": "RollingUpdate"},
+                  metadata__annotations={"stateful-admission.io/max-unavailable": "2"},
+                  spec__template={"spec": {"containers": [{"name": "db", "image": "db:2"}]}}),
+     True),
+    ("type-only strategy without a budget, image bump", "statefulsets", "UPDATE",
+     _statefulset(spec__updateStrategy={"type": "RollingUpdate"}),
+     _statefulset(spec__updateStrategy={"type": "RollingUpdate"},
+                  spec__template={"spec": {"containers": [{"name": "db", "image": "db:2"}]}}),
+     False),
+    ("budget with a rollingUpdate block, image bump", "statefulsets", "UPDATE",
+     _statefulset(metadata__annotations={"stateful-admission.io/max-unavailable": "2"}),
+     _statefulset(metadata__annotations={"stateful-admission.io/max-unavailable": "2"},
+                  spec__template={"spec": {"containers": [{"name": "db", "image": "db:2"}]}}),
+     False),
 ]
 
 
@@ -491,6 +510,14 @@ def test_policy_values_reach_the_flags():
     assert "--max-unavailable-fallback=false" in args
     assert "--expansion-recovery=false" in args
     assert "--strict-max-unavailable" not in container(render())["args"]
+    assert (
+        "--statefulset-controller-users=system:serviceaccount:kube-system:statefulset-controller,"
+        "system:kube-controller-manager"
+    ) in container(render())["args"]
+    users = {"policy": {"statefulsetControllerUsers": ["system:serviceaccount:kube-system:sts",
+                                                       "k3s-controller"]}}
+    assert ("--statefulset-controller-users=system:serviceaccount:kube-system:sts,k3s-controller"
+            in container(render(users))["args"])
 
 
 # Flags of `serve` the chart deliberately never sets.

@@ -11,8 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
 use serde_json::Value;
 
-use super::{BETA_STORAGE_CLASS_ANNOTATION, add_op, shown};
+use super::{BETA_STORAGE_CLASS_ANNOTATION, add_op};
 use crate::admission::Verdict;
+use crate::admission::warning::{self, Warning};
 use crate::cluster::ClusterView;
 use crate::names;
 
@@ -163,16 +164,23 @@ pub fn assign(object: &DynamicObject, namespace: &str, view: &ClusterView) -> Ve
             .as_ref()
             .is_none_or(|p| p.source != DefaultSource::Namespace)
     {
-        verdict.warn(format!(
-            "namespace {namespace:?} names {:?} in {} but no such StorageClass exists; {}",
-            shown(&named),
-            names::DEFAULT_STORAGE_CLASS,
-            match (&class, &picked) {
-                (ClaimClass::FilledIn(current), _) => format!("the claim keeps {current:?}"),
-                (_, Some(p)) => format!("using the cluster default {:?}", p.name),
-                (_, None) => "the claim is left without a class".to_owned(),
-            }
-        ));
+        verdict.warn_all(
+            Warning::new(format!("namespace {}", warning::quote(namespace)))
+                .fact(format!(
+                    "annotation {} names {}, but no such StorageClass exists",
+                    names::DEFAULT_STORAGE_CLASS,
+                    warning::quote_to(&named, 64),
+                ))
+                .fact(match (&class, &picked) {
+                    (ClaimClass::FilledIn(current), _) => {
+                        format!("the claim keeps {}", warning::quote(current))
+                    }
+                    (_, Some(p)) => {
+                        format!("using the cluster default {}", warning::quote(&p.name))
+                    }
+                    (_, None) => "the claim is left without a class".to_owned(),
+                }),
+        );
     }
     let target = match (class, picked) {
         (ClaimClass::Unset, Some(p)) => p.name,

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::quantities::{self, Read};
 use super::{BETA_STORAGE_CLASS_ANNOTATION, at, shown};
+use crate::admission::warning::{self, Warning};
 use crate::admission::{Context, FieldError, Verdict};
 use crate::names;
 use crate::quantity::Quantity;
@@ -143,15 +144,19 @@ fn review_increase(
                     )]);
                 }
             }
-            parsed => verdict.warn(format!(
-                "StorageClass {class:?}: annotation {} is {:?}, which is not a size ({}); no size limit applies",
-                names::MAX_VOLUME_SIZE,
-                shown(raw),
-                match parsed {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "must be greater than or equal to 0".to_owned(),
-                }
-            )),
+            parsed => verdict.warn_all(
+                Warning::new(format!("StorageClass {}", warning::quote(class)))
+                    .fact(format!(
+                        "annotation {} is {}, which is not a size",
+                        names::MAX_VOLUME_SIZE,
+                        warning::quote_to(raw, 64),
+                    ))
+                    .fact(match parsed {
+                        Err(e) => warning::cut(&e.to_string()),
+                        Ok(_) => "a size must be greater than or equal to 0".to_owned(),
+                    })
+                    .fact("no size limit applies"),
+            ),
         }
     }
     warn_about_previous_expansion(&old.data, sizes, &mut verdict);
@@ -181,8 +186,8 @@ fn warn_about_previous_expansion(old: &Value, sizes: &Sizes, verdict: &mut Verdi
     {
         unfinished.push(format!(
             "status.allocatedResources.storage is {}, status.capacity.storage is {}",
-            shown(&allocated.raw),
-            shown(&sizes.capacity.raw)
+            warning::cut_to(&allocated.raw, 32),
+            warning::cut_to(&sizes.capacity.raw, 32)
         ));
     }
     if let Some(status) = resize_status.filter(|s| IN_PROGRESS_STATUSES.contains(s)) {
@@ -194,11 +199,14 @@ fn warn_about_previous_expansion(old: &Value, sizes: &Sizes, verdict: &mut Verdi
         unfinished.push("condition Resizing is True".to_owned());
     }
     if !unfinished.is_empty() {
-        verdict.warn(format!(
-            "a previous expansion of this claim has not finished ({}); the new size {} is requested on top of it",
-            unfinished.join(", "),
-            shown(&sizes.new.raw)
-        ));
+        let w = unfinished.into_iter().fold(
+            Warning::new("a previous expansion of this claim has not finished"),
+            Warning::fact,
+        );
+        verdict.warn_all(w.fact(format!(
+            "the new size {} is requested on top of it",
+            warning::cut_to(&sizes.new.raw, 32)
+        )));
     }
     if conditions.contains(&"FileSystemResizePending") {
         verdict.warn(
@@ -217,11 +225,16 @@ fn warn_about_previous_expansion(old: &Value, sizes: &Sizes, verdict: &mut Verdi
         )
         .collect();
     if !failed.is_empty() {
-        verdict.warn(format!(
-            "a previous expansion of this claim failed ({}); to recover, lower the request to a value above status.capacity.storage ({})",
-            failed.join(", "),
-            shown(&sizes.capacity.raw)
-        ));
+        verdict.warn_all(
+            Warning::new(format!(
+                "a previous expansion of this claim failed ({})",
+                failed.join(", ")
+            ))
+            .fact(format!(
+                "to recover, lower the request to a value above status.capacity.storage ({})",
+                warning::cut_to(&sizes.capacity.raw, 32)
+            )),
+        );
     }
 }
 
@@ -251,9 +264,13 @@ fn warn_about_class_assignment(
         return;
     };
     if was_unset && !class.is_empty() && ctx.view.storage_class(class).is_none() {
-        verdict.warn(format!(
-            "spec.storageClassName is set to {:?}, but no such StorageClass exists; the claim stays Pending until it does",
-            shown(class)
-        ));
+        verdict.warn_all(
+            Warning::new("spec.storageClassName")
+                .fact(format!(
+                    "set to {}, but no such StorageClass exists",
+                    warning::quote(class)
+                ))
+                .fact("the claim stays Pending until it does"),
+        );
     }
 }

@@ -44,7 +44,13 @@ pub fn review(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context
                 req.name.as_str()
             };
             let mut verdict = default_class::assign(object, namespace, ctx.view);
-            verdict.merge(set_template::apply(object, namespace, name, ctx.view));
+            let claim = set_template::NewClaim {
+                object,
+                namespace,
+                name,
+                username: req.user_info.username.as_deref(),
+            };
+            verdict.merge(set_template::apply(&claim, ctx));
             verdict
         }
         (Phase::Validate, Operation::Create) => {

@@ -3,6 +3,12 @@
 //! keeps the old templates, so the controller still creates claims from them). The stored
 //! template's storage request, volumeAttributesClassName, labels and annotations are applied
 //! to the new claim, so that a scale-up gets the new values at once.
+//!
+//! Only to claims the StatefulSet controller creates, told by the requesting user
+//! ([`crate::admission::Policy::statefulset_controller_users`]): a claim named like a set's claim but created by
+//! a person or another tool (restored from a snapshot with a chosen size, a bigger volume) was
+//! made that way on purpose. It keeps its own values, with a warning saying what the template
+//! would have changed and how to get the template's values.
 
 use std::collections::BTreeMap;
 
@@ -10,19 +16,29 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::core::DynamicObject;
 use serde_json::Value;
 
-use super::{add_op, at, quantities, remove_op, shown};
-use crate::admission::Verdict;
+use super::{add_op, at, quantities, remove_op};
 use crate::admission::set_claims::{self, SetClaim};
-use crate::cluster::ClusterView;
+use crate::admission::statefulset::{ClaimUpdatePolicy, claim_update_policy};
+use crate::admission::warning::{self, Warning};
+use crate::admission::{Context, Verdict};
 use crate::names;
 use crate::quantity::Quantity;
 
-/// The mutation of a claim CREATE named `<template>-<set>-<ordinal>` of a set in the view.
-///
-/// The claim is recognised by its name alone (as the controller names it); the requesting
-/// user is not checked, since the controller's service account differs between clusters.
-pub fn apply(object: &DynamicObject, namespace: &str, name: &str, view: &ClusterView) -> Verdict {
-    let Some(hit) = set_claims::resolve(view, namespace, name) else {
+/// The claim being created, as the rule needs it.
+pub struct NewClaim<'a> {
+    pub object: &'a DynamicObject,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// `request.userInfo.username`.
+    pub username: Option<&'a str>,
+}
+
+/// The mutation of a claim CREATE named `<template>-<set>-<ordinal>` of a set in the view:
+/// the stored template's values where the StatefulSet controller creates the claim, a warning
+/// (and no change) where anyone else does.
+pub fn apply(claim: &NewClaim<'_>, ctx: &Context<'_>) -> Verdict {
+    let (namespace, name) = (claim.namespace, claim.name);
+    let Some(hit) = set_claims::resolve(ctx.view, namespace, name) else {
         return Verdict::allow();
     };
     let set_name = hit.set.metadata.name.as_deref().unwrap_or_default();
@@ -31,12 +47,18 @@ pub fn apply(object: &DynamicObject, namespace: &str, name: &str, view: &Cluster
         Some(Ok(templates)) => templates,
         Some(Err(e)) => {
             let mut verdict = Verdict::allow();
-            verdict.warn(format!(
-                "StatefulSet {namespace}/{set_name}: annotation {} is not a JSON array of claim \
-                 templates ({}); claim {name:?} is created from the set's current template",
-                names::DESIRED_VOLUME_CLAIM_TEMPLATES,
-                shown(&e.to_string()),
-            ));
+            verdict.warn_all(
+                Warning::new(format!("StatefulSet {namespace}/{set_name}"))
+                    .fact(format!(
+                        "annotation {} is not a JSON array of claim templates ({})",
+                        names::DESIRED_VOLUME_CLAIM_TEMPLATES,
+                        warning::cut_to(&e.to_string(), 64),
+                    ))
+                    .fact(format!(
+                        "claim {} is created from the set's current template",
+                        warning::quote(name)
+                    )),
+            );
             return verdict;
         }
     };
@@ -46,7 +68,98 @@ pub fn apply(object: &DynamicObject, namespace: &str, name: &str, view: &Cluster
     else {
         return Verdict::allow();
     };
-    apply_template(object, template, &hit)
+    let applied = apply_template(claim.object, template, &hit);
+    let by_controller = claim
+        .username
+        .is_some_and(|u| ctx.policy.is_statefulset_controller(u));
+    if by_controller || applied.differences.is_empty() {
+        return applied.verdict;
+    }
+    foreign_claim_warning(claim, &hit, &applied.differences)
+}
+
+/// Allowed unchanged: that the claim keeps its values and why, what the template would have
+/// changed, and how to get the template's values.
+fn foreign_claim_warning(
+    claim: &NewClaim<'_>,
+    hit: &SetClaim,
+    differences: &[Difference],
+) -> Verdict {
+    let set_name = hit.set.metadata.name.as_deref().unwrap_or_default();
+    let user = claim
+        .username
+        .map_or_else(|| "an unnamed user".to_owned(), warning::quote);
+    let keeps = format!(
+        "PersistentVolumeClaim {} keeps its own values",
+        warning::cut(claim.name)
+    );
+    let mut verdict = Verdict::allow();
+    verdict.warn_all(Warning::new(keeps.clone()).fact(format!(
+        "created by {user}, not by the StatefulSet controller"
+    )));
+    let mut not_applied = Warning::new(format!(
+        "template {} of StatefulSet {} not applied",
+        warning::quote_to(&hit.template, 63),
+        warning::cut(set_name)
+    ));
+    let show = |v: &Option<String>| {
+        v.as_deref()
+            .map_or_else(|| "unset".to_owned(), warning::quote)
+    };
+    for d in differences {
+        not_applied = match d {
+            Difference::Storage { from, to } => {
+                not_applied.change("storage", &warning::cut(from), &warning::cut(to))
+            }
+            Difference::Class { from, to } => {
+                not_applied.change("volumeAttributesClassName", &show(from), &show(to))
+            }
+            Difference::Map { field, keys } => not_applied.fact(format!(
+                "{field} {}",
+                keys.iter()
+                    .map(|k| warning::cut_to(k, 63))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        };
+    }
+    verdict.warn_all(not_applied);
+    let spec = serde_json::to_value(&hit.set.spec).unwrap_or(Value::Null);
+    let how = match claim_update_policy(&spec, hit.set.metadata.annotations.as_ref()) {
+        Ok(ClaimUpdatePolicy::InPlace) => {
+            "policy InPlace: the controller patches it to the template later, as the set's other claims"
+        }
+        _ => {
+            "to get the template's values, delete the claim before its pod uses it and let the StatefulSet controller create it"
+        }
+    };
+    verdict.warn_all(Warning::new(keeps).fact(how).fact(
+        "a StatefulSet controller running as another user belongs in --statefulset-controller-users",
+    ));
+    verdict
+}
+
+/// A value of the claim that the stored template would change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Difference {
+    /// `spec.resources.requests.storage`, as written (`unset` when absent).
+    Storage { from: String, to: String },
+    /// `spec.volumeAttributesClassName`.
+    Class {
+        from: Option<String>,
+        to: Option<String>,
+    },
+    /// Keys of `metadata.labels` or `metadata.annotations` the template adds or sets otherwise.
+    Map {
+        field: &'static str,
+        keys: Vec<String>,
+    },
+}
+
+/// A template applied to a claim: the verdict (ops, warnings) and what the ops change.
+pub struct Applied {
+    pub verdict: Verdict,
+    pub differences: Vec<Difference>,
 }
 
 /// The ops that make `object` carry `template`'s values; none when it already does.
@@ -56,33 +169,37 @@ pub fn apply_template(
     object: &DynamicObject,
     template: &PersistentVolumeClaim,
     hit: &SetClaim,
-) -> Verdict {
-    let mut verdict = Verdict::allow();
+) -> Applied {
+    let mut applied = Applied {
+        verdict: Verdict::allow(),
+        differences: Vec::new(),
+    };
     if object.data.get("spec").is_some_and(Value::is_object) {
-        apply_storage(&object.data, template, hit, &mut verdict);
-        apply_attributes_class(&object.data, template, hit, &mut verdict);
+        apply_storage(&object.data, template, hit, &mut applied);
+        apply_attributes_class(&object.data, template, hit, &mut applied);
     }
     merge_map(
         "labels",
         object.metadata.labels.as_ref(),
         template.metadata.labels.as_ref(),
-        &mut verdict,
+        &mut applied,
     );
     merge_map(
         "annotations",
         object.metadata.annotations.as_ref(),
         template.metadata.annotations.as_ref(),
-        &mut verdict,
+        &mut applied,
     );
-    verdict
+    applied
 }
 
 fn apply_storage(
     data: &Value,
     template: &PersistentVolumeClaim,
     hit: &SetClaim,
-    verdict: &mut Verdict,
+    applied: &mut Applied,
 ) {
+    let verdict = &mut applied.verdict;
     let Some(wanted) = template
         .spec
         .as_ref()
@@ -93,11 +210,17 @@ fn apply_storage(
         return;
     };
     let Ok(wanted_value) = Quantity::parse(&wanted.0) else {
-        verdict.warn(format!(
-            "the stored template {:?} asks for storage {:?}, which is not a quantity; the claim keeps its request",
-            hit.template,
-            shown(&wanted.0),
-        ));
+        verdict.warn_all(
+            Warning::new(format!(
+                "the stored template {}",
+                warning::quote_to(&hit.template, 63)
+            ))
+            .fact(format!(
+                "asks for storage {}, which is not a quantity",
+                warning::quote(&wanted.0)
+            ))
+            .fact("the claim keeps its request"),
+        );
         return;
     };
     // Equal sizes written differently (1Gi, 1024Mi) are left as the controller wrote them.
@@ -105,6 +228,14 @@ fn apply_storage(
     if matches!(current, Ok(Some(ref c)) if c.value == wanted_value) {
         return;
     }
+    let from = at(data, "/spec/resources/requests/storage").map_or_else(
+        || "unset".to_owned(),
+        |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+    );
+    applied.differences.push(Difference::Storage {
+        from,
+        to: wanted.0.clone(),
+    });
     let value = Value::String(wanted.0.clone());
     let op = if at(data, "/spec/resources/requests").is_some_and(Value::is_object) {
         add_op(&["spec", "resources", "requests", "storage"], value)
@@ -126,18 +257,26 @@ fn apply_attributes_class(
     data: &Value,
     template: &PersistentVolumeClaim,
     hit: &SetClaim,
-    verdict: &mut Verdict,
+    applied: &mut Applied,
 ) {
+    let verdict = &mut applied.verdict;
     let current = at(data, "/spec/volumeAttributesClassName");
+    let from = current.map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned));
     let wanted = template
         .spec
         .as_ref()
         .and_then(|s| s.volume_attributes_class_name.as_deref());
     match wanted {
-        Some(w) if current.and_then(Value::as_str) != Some(w) => verdict.patch.push(add_op(
-            &["spec", "volumeAttributesClassName"],
-            Value::String(w.to_owned()),
-        )),
+        Some(w) if current.and_then(Value::as_str) != Some(w) => {
+            verdict.patch.push(add_op(
+                &["spec", "volumeAttributesClassName"],
+                Value::String(w.to_owned()),
+            ));
+            applied.differences.push(Difference::Class {
+                from,
+                to: Some(w.to_owned()),
+            });
+        }
         Some(_) => {}
         None => {
             // Dropped from the template: undo it only where it came from the old template.
@@ -156,6 +295,9 @@ fn apply_attributes_class(
                 verdict
                     .patch
                     .push(remove_op(&["spec", "volumeAttributesClassName"]));
+                applied
+                    .differences
+                    .push(Difference::Class { from, to: None });
             }
         }
     }
@@ -163,11 +305,12 @@ fn apply_attributes_class(
 
 /// Adds the template's entries of `metadata.<field>` that the claim lacks or has otherwise.
 fn merge_map(
-    field: &str,
+    field: &'static str,
     claim: Option<&BTreeMap<String, String>>,
     template: Option<&BTreeMap<String, String>>,
-    verdict: &mut Verdict,
+    applied: &mut Applied,
 ) {
+    let verdict = &mut applied.verdict;
     let Some(template) = template else {
         return;
     };
@@ -178,6 +321,10 @@ fn merge_map(
     if missing.is_empty() {
         return;
     }
+    applied.differences.push(Difference::Map {
+        field,
+        keys: missing.keys().map(|k| (*k).clone()).collect(),
+    });
     match claim {
         // No map yet: one op creates it with every entry.
         None => {

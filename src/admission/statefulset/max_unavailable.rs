@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 
+use crate::admission::warning::{self, Warning};
 use crate::admission::{BadValue, FieldError};
 use crate::names;
 
@@ -273,16 +274,17 @@ pub fn check_against_replicas(
     partition: i64,
     path: &str,
     strict: bool,
-) -> Result<Option<String>, FieldError> {
+) -> Result<Option<Warning>, FieldError> {
     let replicas = spec.get("replicas").and_then(Value::as_i64).unwrap_or(1);
     // A set scaled to zero has nothing to update; a partition at or above replicas pauses.
     if replicas <= 0 {
         return Ok(None);
     }
     let eff = effective(value, replicas);
+    let written = warning::cut_to(&value.render(), 24);
     let shown = match value.percent() {
-        Some(_) => format!("{} ({eff} of {replicas} pods)", value.render()),
-        None => value.render(),
+        Some(_) => format!("{written} ({eff} of {replicas} pods)"),
+        None => written,
     };
     let (limit, what) = if eff > replicas {
         (replicas, format!("spec.replicas ({replicas})"))
@@ -302,9 +304,40 @@ pub fn check_against_replicas(
             format!("must not be greater than {what}; resolves to {eff}"),
         ));
     }
-    Ok(Some(format!(
-        "{path}: {shown} is greater than {what}: all {limit} pods it applies to may be unavailable at once during an update"
-    )))
+    Ok(Some(
+        Warning::new(path)
+            .fact(format!("{shown} is greater than {what}"))
+            .fact(format!(
+                "all {limit} pods it applies to may be unavailable at once during an update"
+            )),
+    ))
+}
+
+/// Whether a set asks for a budget through `stateful-admission.io/max-unavailable` with
+/// `updateStrategy: {type: RollingUpdate}` and no `rollingUpdate`, and should get the
+/// `rollingUpdate: {partition: 0}` that defaulting gives a set whose type is left empty.
+///
+/// Upstream `SetDefaults_StatefulSet` (pkg/apis/apps/v1/defaults.go) adds `rollingUpdate`
+/// only when `type` is empty, so `{type: RollingUpdate}` keeps it nil. The StatefulSet
+/// controller then re-creates a deleted pod whose ordinal is below `start +
+/// status.currentReplicas` at the current revision (`newVersionedStatefulSetPod`,
+/// pkg/controller/statefulset/stateful_set_utils.go), where with `rollingUpdate` it compares
+/// with the partition. Only its own deletions lower `currentReplicas` first, so a pod the
+/// companion controller deletes for the budget would come back at the old revision and be
+/// deleted again. Nil and `{partition: 0}` differ in nothing else: both update from the top
+/// ordinal down to 0, and with the `MaxUnavailableStatefulSet` gate on both resolve to a
+/// maxUnavailable of 1 (defaulting, re-run after a webhook's patch, fills 1 into the block;
+/// `updateStatefulSetAfterInvariantEstablished` takes 1 when the block is nil).
+pub fn needs_rolling_update_block(
+    spec: &Value,
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> bool {
+    let Some(strategy) = spec.get("updateStrategy").filter(|v| v.is_object()) else {
+        return false;
+    };
+    strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate")
+        && strategy.get("rollingUpdate").is_none_or(Value::is_null)
+        && annotations.is_some_and(|a| a.contains_key(names::MAX_UNAVAILABLE))
 }
 
 /// Reads and validates the fallback annotation (`stateful-admission.io/max-unavailable`).
@@ -481,10 +514,10 @@ mod tests {
         let int = IntOrPercent::Int(5);
         let warning = check_against_replicas(&int, &s(3), 0, P, false).expect("warns");
         assert_eq!(
-            warning.as_deref(),
-            Some(
-                "spec.updateStrategy.rollingUpdate.maxUnavailable: 5 is greater than spec.replicas (3): all 3 pods it applies to may be unavailable at once during an update"
-            )
+            warning.map(Warning::build),
+            Some(vec![
+                "spec.updateStrategy.rollingUpdate.maxUnavailable: 5 is greater than spec.replicas (3); all 3 pods it applies to may be unavailable at once during an update".to_owned()
+            ])
         );
         let err = check_against_replicas(&int, &s(3), 0, P, true).expect_err("denies");
         assert_eq!(
@@ -497,10 +530,26 @@ mod tests {
         let pct = IntOrPercent::Str("50%".into());
         let warning = check_against_replicas(&pct, &s(10), 8, P, false)
             .expect("warns")
-            .expect("a warning");
+            .expect("a warning")
+            .build()
+            .join("\n");
         assert!(warning.contains("50% (5 of 10 pods)"), "{warning}");
         assert!(warning.contains("(10 - 8 = 2)"), "{warning}");
-        assert!(warning.len() < 200);
+        // A hostile value that validates (leading zeros) is cut, saying so; every warning
+        // stays within 256 characters.
+        let zeros = IntOrPercent::Str(format!("{}50%", "0".repeat(200)));
+        let warnings = check_against_replicas(&zeros, &s(10), 8, ANNOTATION_PATH, false)
+            .expect("warns")
+            .expect("a warning")
+            .build();
+        assert!(
+            warnings.iter().all(|w| w.chars().count() <= 256),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[0].contains("... (cut from 203 characters) (5 of 10 pods)"),
+            "{warnings:?}"
+        );
         let err = check_against_replicas(&pct, &s(10), 8, P, true).expect_err("denies");
         assert!(err.to_string().ends_with("resolves to 5"), "{err}");
         // Within limits, scaled to zero, or paused by the partition: nothing.
@@ -515,6 +564,56 @@ mod tests {
                 check_against_replicas(&v, &s(replicas), partition, P, true),
                 Ok(None),
                 "{v:?} replicas {replicas} partition {partition}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_type_only_strategy_with_a_budget_gets_the_rolling_update_block() {
+        let annotated =
+            std::collections::BTreeMap::from([(names::MAX_UNAVAILABLE.to_owned(), "2".to_owned())]);
+        let other = std::collections::BTreeMap::from([("a".to_owned(), "b".to_owned())]);
+        let strategy = |s: Value| json!({"replicas": 5, "updateStrategy": s});
+        let cases = [
+            (
+                "type only",
+                strategy(json!({"type": "RollingUpdate"})),
+                true,
+            ),
+            (
+                "rollingUpdate null",
+                strategy(json!({"type": "RollingUpdate", "rollingUpdate": null})),
+                true,
+            ),
+            (
+                "rollingUpdate set",
+                strategy(json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 2}})),
+                false,
+            ),
+            (
+                "empty rollingUpdate (defaulting fills the partition)",
+                strategy(json!({"type": "RollingUpdate", "rollingUpdate": {}})),
+                false,
+            ),
+            ("type left empty: defaulted", strategy(json!({})), false),
+            ("no strategy: defaulted", json!({"replicas": 5}), false),
+            ("OnDelete", strategy(json!({"type": "OnDelete"})), false),
+            ("unknown type", strategy(json!({"type": "Nope"})), false),
+            ("not an object", strategy(json!("RollingUpdate")), false),
+        ];
+        for (what, spec, want) in cases {
+            assert_eq!(
+                needs_rolling_update_block(&spec, Some(&annotated)),
+                want,
+                "{what}"
+            );
+            assert!(
+                !needs_rolling_update_block(&spec, Some(&other)),
+                "{what}: no budget"
+            );
+            assert!(
+                !needs_rolling_update_block(&spec, None),
+                "{what}: no annotations"
             );
         }
     }

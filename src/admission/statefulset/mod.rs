@@ -18,6 +18,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde_json::{Map, Value};
 
+use super::warning::{self, Warning};
 use super::{BadValue, Context, Denial, FieldError, Phase, Policy, Verdict};
 use crate::names;
 use max_unavailable::{ANNOTATION_PATH, IntOrPercent, MAX_UNAVAILABLE_PATH};
@@ -26,8 +27,6 @@ use templates::{Classification, TemplateChange, truncate};
 /// Field path of the claim update policy annotation.
 pub const UPDATE_POLICY_PATH: &str =
     "metadata.annotations[stateful-admission.io/volume-claim-update-policy]";
-/// Longest warning we emit; the apiserver truncates warnings beyond 256 characters.
-const MAX_WARNING: usize = 200;
 
 /// How existing claims follow a recorded template change (KEP-4650 `volumeClaimUpdatePolicy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +112,20 @@ pub fn review(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context
                 verdict.denial = Some(Denial::Invalid(errors));
                 return verdict;
             }
+            if max_unavailable::needs_rolling_update_block(spec, annotations) {
+                verdict.patch.push(PatchOperation::Add(AddOperation {
+                    path: PointerBuf::from_tokens(["spec", "updateStrategy", "rollingUpdate"]),
+                    value: serde_json::json!({"partition": 0}),
+                }));
+                verdict.warn_all(
+                    Warning::new(max_unavailable::ROLLING_UPDATE_PATH)
+                        .fact("set to {partition: 0}, as the apiserver defaults an empty type")
+                        .fact(format!(
+                            "without it the StatefulSet controller re-creates pods deleted for {} at the old revision",
+                            names::MAX_UNAVAILABLE
+                        )),
+                );
+            }
             verdict
                 .patch
                 .extend(annotation_ops(annotations.is_some(), set_annotations));
@@ -165,7 +178,7 @@ fn review_max_unavailable(
             path,
             policy.strict_max_unavailable,
         ) {
-            Ok(Some(w)) => warnings.push(truncate(&w, MAX_WARNING)),
+            Ok(Some(w)) => warnings.extend(w.build()),
             Ok(None) => {}
             Err(e) => errors.push(e),
         }
@@ -177,13 +190,15 @@ fn review_max_unavailable(
         let value = native.render();
         if written != Some(&value) {
             if let Some(old) = written {
-                warnings.push(truncate(
-                    &format!(
-                        "{}: {old:?} replaced by spec.updateStrategy.rollingUpdate.maxUnavailable ({value})",
-                        names::MAX_UNAVAILABLE
-                    ),
-                    MAX_WARNING,
-                ));
+                warnings.extend(
+                    Warning::new(names::MAX_UNAVAILABLE)
+                        .fact(format!(
+                            "{} replaced by spec.updateStrategy.rollingUpdate.maxUnavailable ({})",
+                            warning::quote(old),
+                            warning::cut(&value)
+                        ))
+                        .build(),
+                );
             }
             fallback = Some(value);
         }
@@ -278,54 +293,73 @@ fn review_templates(
     }
 }
 
-/// One warning per recorded template (what changed, how it will be applied), and one per
-/// storage decrease.
+/// For each recorded template, warnings that name it, each change with its old and new value,
+/// where the change is recorded and how existing claims follow (split into several warnings
+/// of at most 256 characters rather than cut); and one more per storage decrease.
 pub fn change_warnings(changes: &[TemplateChange], policy: ClaimUpdatePolicy) -> Vec<String> {
     let how = match policy {
         ClaimUpdatePolicy::OnDelete => "policy OnDelete: only new or re-created claims use it",
         ClaimUpdatePolicy::InPlace => "policy InPlace: existing claims are patched in place",
     };
-    let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "unset".to_owned());
+    let quantity = |v: &Option<String>| {
+        v.as_deref()
+            .map_or_else(|| "unset".to_owned(), warning::cut)
+    };
+    let class = |v: &Option<String>| {
+        v.as_deref()
+            .map_or_else(|| "unset".to_owned(), warning::quote)
+    };
     let mut warnings = Vec::new();
     for change in changes {
-        let mut fields = Vec::new();
+        let subject = format!(
+            "volume claim template {}",
+            warning::quote_to(&change.name, 63)
+        );
+        let mut w = Warning::new(subject.clone());
         let mut decrease = None;
-        for c in &change.changes {
-            fields.push(match c {
-                templates::Change::Labels => "labels".to_owned(),
-                templates::Change::Annotations => "annotations".to_owned(),
+        // Values first: labels and annotations changed say least.
+        let mut ordered: Vec<&templates::Change> = change.changes.iter().collect();
+        ordered.sort_by_key(|c| match c {
+            templates::Change::Storage { .. } => 0,
+            templates::Change::VolumeAttributesClass { .. } => 1,
+            templates::Change::Labels => 2,
+            templates::Change::Annotations => 3,
+        });
+        for c in ordered {
+            w = match c {
+                templates::Change::Labels => w.fact("labels changed"),
+                templates::Change::Annotations => w.fact("annotations changed"),
                 templates::Change::Storage {
                     old,
                     new,
                     decrease: d,
                 } => {
                     if *d {
-                        decrease = Some((show(old), show(new)));
+                        decrease = Some((quantity(old), quantity(new)));
                     }
-                    format!("storage {} -> {}", show(old), show(new))
+                    w.change("storage", &quantity(old), &quantity(new))
                 }
                 templates::Change::VolumeAttributesClass { old, new } => {
-                    format!("volumeAttributesClassName {} -> {}", show(old), show(new))
+                    w.change("volumeAttributesClassName", &class(old), &class(new))
                 }
-            });
+            };
         }
-        warnings.push(truncate(
-            &format!(
-                "volume claim template {:?} change recorded in {} ({how}): {}",
-                change.name,
-                names::DESIRED_VOLUME_CLAIM_TEMPLATES,
-                fields.join(", ")
-            ),
-            MAX_WARNING,
-        ));
+        w = w
+            .fact(format!(
+                "recorded in {}",
+                names::DESIRED_VOLUME_CLAIM_TEMPLATES
+            ))
+            .fact(how);
+        warnings.extend(w.build());
         if let Some((old, new)) = decrease {
-            warnings.push(truncate(
-                &format!(
-                    "volume claim template {:?}: storage decrease {old} -> {new} only affects new claims; existing claims are never shrunk",
-                    change.name
-                ),
-                MAX_WARNING,
-            ));
+            warnings.extend(
+                Warning::new(subject)
+                    .fact(format!(
+                        "storage decrease {old} -> {new} only affects new claims"
+                    ))
+                    .fact("existing claims are never shrunk")
+                    .build(),
+            );
         }
     }
     warnings
@@ -419,11 +453,85 @@ mod tests {
         assert_eq!(
             w,
             [
-                "volume claim template \"data\" change recorded in stateful-admission.io/desired-volume-claim-templates (policy InPlace: existing claims are patched in place): storage 5Gi -> 1Gi, labels",
+                "volume claim template \"data\": storage 5Gi -> 1Gi; labels changed; recorded in stateful-admission.io/desired-volume-claim-templates; policy InPlace: existing claims are patched in place",
                 "volume claim template \"data\": storage decrease 5Gi -> 1Gi only affects new claims; existing claims are never shrunk",
             ]
         );
-        assert!(w.iter().all(|w| w.len() <= MAX_WARNING));
+    }
+
+    /// Every change is named in full with its old and new value, whatever the lengths:
+    /// split into several warnings of at most 256 characters rather than cut.
+    #[test]
+    fn long_changes_are_split_never_cut() {
+        let class = |n: usize| format!("io2-{}", "x".repeat(n - 4));
+        let change = |old_class: Option<String>, new_class: String| TemplateChange {
+            index: 0,
+            name: "data".into(),
+            changes: vec![
+                templates::Change::Storage {
+                    old: Some("1Gi".into()),
+                    new: Some("5Gi".into()),
+                    decrease: false,
+                },
+                templates::Change::VolumeAttributesClass {
+                    old: old_class,
+                    new: Some(new_class),
+                },
+                templates::Change::Labels,
+                templates::Change::Annotations,
+            ],
+        };
+        // A class name of 80 characters with a size and a label: the new class is named.
+        let long = class(80);
+        let w = change_warnings(
+            &[change(Some("gold".into()), long.clone())],
+            ClaimUpdatePolicy::OnDelete,
+        );
+        assert_eq!(
+            w,
+            [
+                format!(
+                    "volume claim template \"data\": storage 1Gi -> 5Gi; volumeAttributesClassName \"gold\" -> \"{long}\"; labels changed; annotations changed"
+                ),
+                "volume claim template \"data\": recorded in stateful-admission.io/desired-volume-claim-templates; policy OnDelete: only new or re-created claims use it".to_owned(),
+            ]
+        );
+        // Two long names: old and new apart, each whole.
+        let (old, new) = (class(95), class(99));
+        let w = change_warnings(
+            &[change(Some(old.clone()), new.clone())],
+            ClaimUpdatePolicy::OnDelete,
+        );
+        assert!(w.iter().all(|w| w.chars().count() <= 256), "{w:?}");
+        assert!(
+            w.iter()
+                .all(|w| w.starts_with("volume claim template \"data\": "))
+        );
+        let all = w.join("\n");
+        assert!(
+            all.contains(&format!("volumeAttributesClassName from \"{old}\"")),
+            "{all}"
+        );
+        assert!(
+            all.contains(&format!("volumeAttributesClassName to \"{new}\"")),
+            "{all}"
+        );
+        assert!(all.contains("storage 1Gi -> 5Gi") && all.contains("policy OnDelete"));
+        // The longest a class name may be (253): only then is a value cut, saying so.
+        let longest = class(253);
+        let w = change_warnings(
+            &[change(None, longest.clone())],
+            ClaimUpdatePolicy::OnDelete,
+        );
+        assert!(w.iter().all(|w| w.chars().count() <= 256), "{w:?}");
+        let all = w.join("\n");
+        assert!(
+            all.contains(&format!(
+                "volumeAttributesClassName unset -> \"{}\"... (cut from 253 characters)",
+                &longest[..100]
+            )),
+            "{all}"
+        );
     }
 
     #[test]

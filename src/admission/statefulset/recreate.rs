@@ -6,8 +6,9 @@
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde_json::Value;
 
-use super::templates::{template_name, truncate};
+use super::templates::template_name;
 use crate::admission::set_claims::claim_name;
+use crate::admission::warning::{self, Warning};
 use crate::cluster::ClusterView;
 
 /// Warnings beyond this many are summed up in one line; a set of 500 replicas must not
@@ -61,13 +62,19 @@ pub fn existing_claim_warnings(
             continue;
         }
         let name = claim_name(t, set, *ordinal);
-        warnings.push(truncate(
-            &format!(
-                "PersistentVolumeClaim {name} already exists and differs from template {t:?} in {}; the set will use it as is and never update it in place",
+        warnings.extend(
+            Warning::new(format!(
+                "PersistentVolumeClaim {} already exists",
+                warning::cut(&name)
+            ))
+            .fact(format!(
+                "differs from template {} in {}",
+                warning::quote_to(t, 63),
                 differing.join(", ")
-            ),
-            200,
-        ));
+            ))
+            .fact("the set will use it as is and never update it in place")
+            .build(),
+        );
     }
     if more > 0 {
         warnings.push(format!(
@@ -205,12 +212,12 @@ mod tests {
         assert_eq!(
             warnings,
             [
-                "PersistentVolumeClaim data-web-1 already exists and differs from template \"data\" in storageClassName, accessModes; the set will use it as is and never update it in place",
-                "PersistentVolumeClaim data-web-3 already exists and differs from template \"data\" in selector, dataSource; the set will use it as is and never update it in place",
-                "PersistentVolumeClaim data-web-7 already exists and differs from template \"data\" in volumeMode; the set will use it as is and never update it in place",
+                "PersistentVolumeClaim data-web-1 already exists: differs from template \"data\" in storageClassName, accessModes; the set will use it as is and never update it in place",
+                "PersistentVolumeClaim data-web-3 already exists: differs from template \"data\" in selector, dataSource; the set will use it as is and never update it in place",
+                "PersistentVolumeClaim data-web-7 already exists: differs from template \"data\" in volumeMode; the set will use it as is and never update it in place",
             ]
         );
-        assert!(warnings.iter().all(|w| w.len() <= 200));
+        assert!(warnings.iter().all(|w| w.chars().count() <= 256));
     }
 
     #[test]
@@ -245,6 +252,34 @@ mod tests {
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn a_long_claim_name_is_cut_but_every_fact_is_kept() {
+        let set = "w".repeat(240);
+        let name = format!("data-{set}-0");
+        let view = ClusterView::from_json(&[claim(
+            &name,
+            "db",
+            json!({"accessModes": ["ReadWriteMany"], "storageClassName": "slow"}),
+        )])
+        .expect("view");
+        let rwo = json!({"accessModes": ["ReadWriteOnce"], "storageClassName": "fast"});
+        let warnings = existing_claim_warnings(&view, "db", &set, &[template("data", rwo)]);
+        assert!(
+            warnings.iter().all(|w| w.chars().count() <= 256),
+            "{warnings:?}"
+        );
+        let all = warnings.join(" / ");
+        assert!(
+            all.contains("... (cut from 247 characters) already exists"),
+            "{all}"
+        );
+        assert!(
+            all.contains("differs from template \"data\" in storageClassName, accessModes"),
+            "{all}"
+        );
+        assert!(all.contains("never update it in place"), "{all}");
     }
 
     #[test]

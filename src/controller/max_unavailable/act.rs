@@ -53,6 +53,11 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         plan.max_unavailable,
         plan.unavailable,
     );
+    if plan.hold == plan::Hold::RecreatedAtCurrentRevision
+        && metrics.first_report(&rollout.uid, &rollout.update_revision)
+    {
+        report_missing_rolling_update(snapshot, &rollout, &plan, ctx).await;
+    }
     if plan.deletions.is_empty() {
         tracing::debug!(%namespace, %name, unavailable = plan.unavailable, outdated = plan.outdated, hold = ?plan.hold, "maxUnavailable: nothing to delete");
         return Ok(plan.recheck_after);
@@ -131,6 +136,41 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         return Err(error.into());
     }
     Ok(plan.recheck_after)
+}
+
+/// Says, once per rollout, why the budget is not used for the set's old pods and what the set
+/// needs for it.
+async fn report_missing_rolling_update(
+    snapshot: &SetSnapshot,
+    rollout: &plan::Rollout,
+    plan: &plan::Plan,
+    ctx: &Ctx,
+) {
+    let below = rollout.recreated_at_current_below.unwrap_or(0);
+    tracing::warn!(
+        namespace = %snapshot.namespace, name = %snapshot.name, left_to_builtin = plan.left_to_builtin,
+        current_replicas = below,
+        "maxUnavailable not used: spec.updateStrategy has no rollingUpdate, pods would come back at the old revision"
+    );
+    let note = format!(
+        "maxUnavailable {} is not used for {} old pods: spec.updateStrategy has no rollingUpdate, so the \
+         StatefulSet controller re-creates a pod below status.currentReplicas ({below}) at the old \
+         revision and deleting it early would restart it twice; they are updated one at a time. Set \
+         spec.updateStrategy.rollingUpdate: {{partition: 0}} (what an empty type defaults to; the \
+         webhook adds it on the set's next write)",
+        plan.max_unavailable, plan.left_to_builtin
+    );
+    ctx.event(
+        snapshot.set.as_ref(),
+        Event {
+            type_: EventType::Warning,
+            reason: "MaxUnavailableNeedsRollingUpdate".into(),
+            note: Some(note),
+            action: "DeletePods".into(),
+            secondary: None,
+        },
+    )
+    .await;
 }
 
 fn pod_reference(namespace: &str, deletion: &plan::Deletion) -> ObjectReference {

@@ -8,6 +8,12 @@
 //! replaced first, without spending the budget, so a broken old revision cannot stall the
 //! rollout. Under `OrderedReady` upstream reaches the rolling step only once every replica is
 //! Running and Available (`processReplica` returns early in monotonic mode); so do we.
+//!
+//! The pods we delete are re-created by the built-in controller, by its own rule for the
+//! revision: where `spec.updateStrategy.rollingUpdate` is nil, a pod below
+//! `status.currentReplicas` comes back at the old revision. Such pods are left to its
+//! one-at-a-time update ([`Hold::RecreatedAtCurrentRevision`]); the webhook gives such sets the
+//! `rollingUpdate: {partition: 0}` that avoids it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +67,13 @@ pub struct Rollout {
     pub source: Source,
     pub min_ready_seconds: i64,
     pub update_revision: String,
+    /// `status.currentReplicas` where `spec.updateStrategy.rollingUpdate` is nil: the
+    /// built-in controller re-creates a deleted pod at a position below it at the current
+    /// revision (upstream `newVersionedStatefulSetPod`, pkg/controller/statefulset/
+    /// stateful_set_utils.go), and only its own deletions lower the count first. Deleting
+    /// such a pod would restart it at the old revision, to be deleted again. `None` where
+    /// `rollingUpdate` is set: the partition is the bound then, and the driver keeps above it.
+    pub recreated_at_current_below: Option<usize>,
 }
 
 /// Why a set is left alone.
@@ -155,6 +168,15 @@ pub fn rollout(set: &StatefulSet) -> Result<Rollout, Skip> {
         Some("Parallel") => PodManagement::Parallel,
         _ => PodManagement::OrderedReady,
     };
+    // The status the built-in controller last wrote is at least as high as what it uses
+    // when it re-creates a pod: within a rollout the count only falls, so this errs on the
+    // side of deleting less.
+    let recreated_at_current_below = rolling.is_none().then(|| {
+        status
+            .and_then(|s| s.current_replicas)
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0)
+    });
     Ok(Rollout {
         uid,
         policy,
@@ -164,6 +186,7 @@ pub fn rollout(set: &StatefulSet) -> Result<Rollout, Skip> {
         source,
         min_ready_seconds: i64::from(spec.min_ready_seconds.unwrap_or(0).max(0)),
         update_revision,
+        recreated_at_current_below,
     })
 }
 
@@ -245,6 +268,9 @@ pub enum Hold {
     NotAllAvailable,
     /// The unavailable replicas use the whole budget.
     BudgetUsed,
+    /// Old pods are left to the built-in controller: `rollingUpdate` is nil, so each would
+    /// come back at the old revision if deleted now (see [`Rollout::recreated_at_current_below`]).
+    RecreatedAtCurrentRevision,
 }
 
 /// What to do for one set now.
@@ -255,6 +281,9 @@ pub struct Plan {
     pub unavailable: usize,
     /// Old-revision pods at or above the partition, not terminating, before the deletions.
     pub outdated: usize,
+    /// Of those, pods left to the built-in controller because they would come back at the
+    /// old revision ([`Hold::RecreatedAtCurrentRevision`]).
+    pub left_to_builtin: usize,
     /// Highest ordinal first (already unavailable ones first under `Parallel`).
     pub deletions: Vec<Deletion>,
     pub hold: Hold,
@@ -348,26 +377,31 @@ pub fn plan(rollout: &Rollout, pods: &[(u32, Option<Arc<Pod>>)], now: Timestamp)
         })
         .min();
     // Highest ordinal first, as upstream walks `replicas` from the end down to the partition.
-    let candidates: Vec<Deletion> = replicas
+    let outdated: Vec<(usize, Deletion)> = replicas
         .iter()
         .rev()
-        .filter_map(|r| r.deletion(rollout))
+        .filter_map(|r| r.deletion(rollout).map(|d| (r.position, d)))
         .collect();
-    let highest_candidate = replicas
-        .iter()
-        .rev()
-        .find(|r| r.deletion(rollout).is_some())
-        .map(|r| r.position);
+    let floor = rollout.recreated_at_current_below.unwrap_or(0);
+    let (candidates, left): (Vec<_>, Vec<_>) = outdated
+        .into_iter()
+        .partition(|(position, _)| *position >= floor);
+    let highest_candidate = candidates.first().map(|(position, _)| *position);
+    let candidates: Vec<Deletion> = candidates.into_iter().map(|(_, d)| d).collect();
     let max = rollout.max_unavailable;
     let mut plan = Plan {
         max_unavailable: max,
         unavailable,
-        outdated: candidates.len(),
+        outdated: candidates.len() + left.len(),
+        left_to_builtin: left.len(),
         deletions: Vec::new(),
         hold: Hold::Nothing,
         recheck_after,
     };
     if candidates.is_empty() {
+        if !left.is_empty() {
+            plan.hold = Hold::RecreatedAtCurrentRevision;
+        }
         return plan;
     }
     let budget = max.saturating_sub(unavailable);
@@ -406,8 +440,10 @@ pub fn plan(rollout: &Rollout, pods: &[(u32, Option<Arc<Pod>>)], now: Timestamp)
             plan.deletions.extend(healthy.into_iter().take(budget));
         }
     }
-    if plan.deletions.len() < plan.outdated {
+    if plan.deletions.len() < plan.outdated - plan.left_to_builtin {
         plan.hold = Hold::BudgetUsed;
+    } else if plan.left_to_builtin > 0 {
+        plan.hold = Hold::RecreatedAtCurrentRevision;
     }
     plan
 }
@@ -1136,7 +1172,136 @@ mod tests {
                 source: Source::Annotation,
                 min_ready_seconds: 5,
                 update_revision: NEW.into(),
+                recreated_at_current_below: None,
             }
+        );
+    }
+
+    /// `updateStrategy: {type: RollingUpdate}` without `rollingUpdate`, as the apiserver
+    /// stores it (defaulting adds the block only to an empty type), with the built-in
+    /// controller's `status.currentReplicas`.
+    fn without_rolling_update(mut s: StatefulSet, current_replicas: i32) -> StatefulSet {
+        s.spec.update_strategy = Some(StatefulSetUpdateStrategy {
+            type_: Some("RollingUpdate".into()),
+            rolling_update: None,
+        });
+        if let Some(st) = s.status.as_mut() {
+            st.current_replicas = Some(current_replicas);
+        }
+        s
+    }
+
+    /// Upstream `newVersionedStatefulSetPod` re-creates a pod below `status.currentReplicas`
+    /// at the current revision when `rollingUpdate` is nil, and only the built-in controller's
+    /// own deletions lower the count first: the driver deletes no such pod (it would restart
+    /// twice), leaves it to the built-in one-at-a-time update and says why.
+    #[test]
+    fn pods_that_would_come_back_at_the_old_revision_are_left_alone() {
+        use P::*;
+        type Row = (
+            &'static str,
+            PodManagement,
+            &'static [P],
+            &'static [u32],
+            i32,
+            &'static [u32],
+            usize,
+            Hold,
+        );
+        let rows: [Row; 6] = [
+            (
+                "all old: every one would come back old",
+                PodManagement::OrderedReady,
+                &[Up, Up, Up, Up, Up],
+                &[],
+                5,
+                &[],
+                5,
+                Hold::RecreatedAtCurrentRevision,
+            ),
+            (
+                "the built-in controller deleted the top pod and lowered the count",
+                PodManagement::OrderedReady,
+                &[Up, Up, Up, Up, Gone],
+                &[],
+                4,
+                &[],
+                4,
+                Hold::RecreatedAtCurrentRevision,
+            ),
+            (
+                "halfway: the old ones are below the count",
+                PodManagement::Parallel,
+                &[Up, Up, Up, Up, Up],
+                &[3, 4],
+                3,
+                &[],
+                3,
+                Hold::RecreatedAtCurrentRevision,
+            ),
+            (
+                "a status the built-in controller has not lowered yet errs on the safe side",
+                PodManagement::Parallel,
+                &[Up, Up, Up, Up, Up],
+                &[4],
+                5,
+                &[],
+                4,
+                Hold::RecreatedAtCurrentRevision,
+            ),
+            (
+                "an old pod at or above the count comes back new: it may go",
+                PodManagement::Parallel,
+                &[Up, Gone, Up, Up, Up],
+                &[3, 4],
+                2,
+                &[2],
+                1,
+                Hold::RecreatedAtCurrentRevision,
+            ),
+            (
+                "done",
+                PodManagement::OrderedReady,
+                &[Up, Up, Up, Up, Up],
+                &[0, 1, 2, 3, 4],
+                0,
+                &[],
+                0,
+                Hold::Nothing,
+            ),
+        ];
+        for (name, policy, states, new, current, want, left, hold) in rows {
+            let s = without_rolling_update(
+                with_policy(set(states.len() as i32, 0, "2"), policy),
+                current,
+            );
+            let r = rollout(&s).expect("handled");
+            assert_eq!(
+                r.recreated_at_current_below,
+                Some(current as usize),
+                "{name}"
+            );
+            assert_eq!(r.partition, 0, "{name}");
+            let plan = plan(&r, &pods(states, new), now());
+            assert_eq!(deleted(&plan), want, "{name}");
+            assert_eq!(plan.left_to_builtin, left, "{name}");
+            assert_eq!(plan.hold, hold, "{name}");
+        }
+        // With `rollingUpdate: {partition: 0}` the same set is driven within the budget.
+        let s = set(5, 0, "2");
+        let plan = plan_for(&s, &pods(&[Up; 5], &[]));
+        assert_eq!(deleted(&plan), [4, 3]);
+        assert_eq!(plan.left_to_builtin, 0);
+        assert_eq!(plan.hold, Hold::BudgetUsed);
+        // An absent count is 0 (the API omits a zero): every pod comes back at the update
+        // revision, as upstream reads it.
+        let mut unknown = without_rolling_update(set(5, 0, "2"), 0);
+        if let Some(st) = unknown.status.as_mut() {
+            st.current_replicas = None;
+        }
+        assert_eq!(
+            rollout(&unknown).map(|r| r.recreated_at_current_below),
+            Ok(Some(0))
         );
     }
 }

@@ -117,10 +117,20 @@ impl Run {
     }
 }
 
+/// Runs the binary with `args` and extra environment variables.
+pub fn run_binary_with_env(args: &[&str], env: &[(&str, &str)]) -> Run {
+    run(args, None, env)
+}
+
 /// Runs the binary with `args`, feeding `stdin` when given.
 pub fn run_binary(args: &[&str], stdin: Option<&[u8]>) -> Run {
+    run(args, stdin, &[])
+}
+
+fn run(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_stateful-admission"))
         .args(args)
+        .envs(env.iter().copied())
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {

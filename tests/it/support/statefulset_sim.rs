@@ -3,15 +3,21 @@
 //!
 //! - the built-in controller notices a new generation, names the update revision
 //!   `<set>-rev<generation>` and records it in `status.updateRevision`;
-//! - it re-creates a missing pod `create_delay` after it went missing, labelled with the
-//!   update revision (or the current one below the partition); under `OrderedReady` only
-//!   once every lower ordinal is Running and Ready, one at a time;
+//! - it re-creates a missing pod `create_delay` after it went missing, at the revision
+//!   upstream's `newVersionedStatefulSetPod` (pkg/controller/statefulset/stateful_set_utils.go)
+//!   picks in the sync that finds the pod missing: the current revision below the partition
+//!   or, where `spec.updateStrategy.rollingUpdate` is nil, below `status.currentReplicas` as
+//!   persisted then, the update revision otherwise; under `OrderedReady` only once every lower
+//!   ordinal is Running and Ready, one at a time;
 //! - the kubelet marks a pod Running and Ready `ready_delay` after its creation;
 //! - with the `MaxUnavailableStatefulSet` gate off the built-in controller itself replaces one
 //!   pod at a time (upstream's loop: from the top down to the partition, delete the first
 //!   old-revision pod, stop at the first unavailable one; under `OrderedReady` only when all
 //!   are healthy); its deletions are counted apart from the API's;
-//! - it keeps the status counters and completes the rollout (`currentRevision`).
+//! - it keeps the status counters as upstream's sync does: counted from the pods it started
+//!   from, plus what it created, minus what it deleted itself (`status.CurrentReplicas--`),
+//!   so a pod someone else deleted still counts in `currentReplicas` until the next sync;
+//!   and it completes the rollout (`currentRevision`, `currentReplicas`).
 //!
 //! Writes go through the API (pod creation, status patches with the resourceVersion read as
 //! precondition, so a pod deleted meanwhile is never resurrected), except the built-in
@@ -90,7 +96,9 @@ pub fn pod_revision(pod: &Value) -> Option<&str> {
 }
 
 struct State {
-    missing_since: HashMap<u32, Instant>,
+    /// When each missing ordinal was found missing, and the revision it will come back at,
+    /// chosen then (the create itself lands `create_delay` later).
+    missing: HashMap<u32, (Instant, String)>,
     created_at: HashMap<String, Instant>,
 }
 
@@ -118,7 +126,7 @@ impl StatefulSetSim {
         let task_stop = stop.clone();
         let handle = tokio::spawn(async move {
             let mut state = State {
-                missing_since: HashMap::new(),
+                missing: HashMap::new(),
                 created_at: HashMap::new(),
             };
             let mut tick = tokio::time::interval(sim.config.tick);
@@ -209,9 +217,17 @@ impl Sim {
             .map_or_else(|| update_revision.clone(), str::to_owned);
         let now = Instant::now();
 
+        // The pods this sync starts from; the status is counted from them, as upstream's.
+        let start: Vec<Option<Value>> = (0..replicas).map(|n| self.pod(n)).collect();
+        let revision_of =
+            |p: &Option<Value>| p.as_ref().and_then(|p| pod_revision(p).map(str::to_owned));
+        let mut revisions: Vec<Option<String>> = start.iter().map(revision_of).collect();
+
         // The kubelet: a pod runs and turns Ready `ready_delay` after its creation.
         for n in 0..replicas {
-            let Some(pod) = self.pod(n) else { continue };
+            let Some(pod) = &start[n as usize] else {
+                continue;
+            };
             let created = *state.created_at.entry(self.pod_name(n)).or_insert(now);
             let pending = pod.pointer("/status/phase").and_then(Value::as_str) != Some("Running");
             if pending && now.duration_since(created) >= self.config.ready_delay {
@@ -238,18 +254,25 @@ impl Sim {
         for n in 0..replicas {
             match self.pod(n) {
                 None => {
-                    let since = *state.missing_since.entry(n).or_insert(now);
+                    let (since, revision) = state
+                        .missing
+                        .entry(n)
+                        .or_insert_with(|| {
+                            let revision = if recreated_at_current_revision(&set, n, partition) {
+                                current_revision.clone()
+                            } else {
+                                update_revision.clone()
+                            };
+                            (now, revision)
+                        })
+                        .clone();
                     if now.duration_since(since) >= self.config.create_delay {
-                        let revision = if n >= partition {
-                            &update_revision
-                        } else {
-                            &current_revision
-                        };
-                        let pod = new_pod(&self.namespace, &self.name, &uid, n, revision);
+                        let pod = new_pod(&self.namespace, &self.name, &uid, n, &revision);
                         if pods_api.create(&PostParams::default(), &pod).await.is_ok() {
-                            state.missing_since.remove(&n);
+                            state.missing.remove(&n);
                             state.created_at.insert(self.pod_name(n), Instant::now());
                             lock(&self.stats).created.push(self.pod_name(n));
+                            revisions[n as usize] = Some(revision);
                         }
                     }
                     if ordered {
@@ -257,7 +280,7 @@ impl Sim {
                     }
                 }
                 Some(pod) => {
-                    state.missing_since.remove(&n);
+                    state.missing.remove(&n);
                     if ordered && !pod_is_available(&pod) {
                         break;
                     }
@@ -285,6 +308,8 @@ impl Sim {
                     if removed.is_some() {
                         state.created_at.remove(&self.pod_name(n));
                         lock(&self.stats).deleted_by_builtin.push(self.pod_name(n));
+                        // Upstream's `status.CurrentReplicas--` after its own deletion.
+                        revisions[n as usize] = None;
                     }
                     break;
                 }
@@ -298,22 +323,30 @@ impl Sim {
         let pods: Vec<Option<Value>> = (0..replicas).map(|n| self.pod(n)).collect();
         let count = |f: &dyn Fn(&Value) -> bool| pods.iter().flatten().filter(|p| f(p)).count();
         let ready = count(&pod_is_available);
-        let updated = count(&|p| pod_revision(p) == Some(update_revision.as_str()));
+        let counted = |revision: &str| {
+            revisions
+                .iter()
+                .filter(|r| r.as_deref() == Some(revision))
+                .count()
+        };
+        let updated = counted(&update_revision);
         let complete = pods.iter().all(|p| {
             p.as_ref().is_some_and(|p| {
                 pod_is_available(p) && pod_revision(p) == Some(update_revision.as_str())
             })
         });
-        let current = if complete {
-            update_revision.clone()
+        // upstream `completeRollingUpdate`
+        let (current, current_replicas) = if complete {
+            (update_revision.clone(), updated)
         } else {
-            current_revision
+            (current_revision.clone(), counted(&current_revision))
         };
         let status = json!({
             "observedGeneration": generation,
             "replicas": pods.iter().flatten().count(),
             "readyReplicas": ready,
             "availableReplicas": ready,
+            "currentReplicas": current_replicas,
             "updatedReplicas": updated,
             "currentRevision": current,
             "updateRevision": update_revision,
@@ -327,6 +360,30 @@ impl Sim {
                 )
                 .await;
         }
+    }
+}
+
+/// Whether upstream re-creates the pod at `ordinal` at the current revision rather than the
+/// update revision: `newVersionedStatefulSetPod` (pkg/controller/statefulset/stateful_set_utils.go)
+/// with the set as persisted when the sync finds the pod missing. Below the partition where
+/// `rollingUpdate` is set; below `status.currentReplicas` where it is nil (only a type left
+/// empty is defaulted to `rollingUpdate: {partition: 0}`).
+fn recreated_at_current_revision(set: &Value, ordinal: u32, partition: u32) -> bool {
+    let strategy = set.pointer("/spec/updateStrategy");
+    let rolling =
+        strategy.and_then(|s| s.get("type")).and_then(Value::as_str) == Some("RollingUpdate");
+    match strategy
+        .and_then(|s| s.get("rollingUpdate"))
+        .filter(|r| !r.is_null())
+    {
+        None => {
+            let current_replicas = set
+                .pointer("/status/currentReplicas")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            rolling && u64::from(ordinal) < current_replicas
+        }
+        Some(_) => ordinal < partition,
     }
 }
 

@@ -49,16 +49,22 @@ pub fn default_statefulset(object: &mut Value) {
     spec.entry("revisionHistoryLimit").or_insert(json!(10));
     spec.entry("persistentVolumeClaimRetentionPolicy")
         .or_insert(json!({"whenDeleted": "Retain", "whenScaled": "Retain"}));
-    let strategy = spec
-        .entry("updateStrategy")
-        .or_insert(json!({"type": "RollingUpdate"}));
+    // Only an empty type gets a `rollingUpdate` block; `{type: RollingUpdate}` keeps it nil,
+    // which changes how the StatefulSet controller re-creates pods (`newVersionedStatefulSetPod`).
+    let strategy = spec.entry("updateStrategy").or_insert(json!({}));
     if let Some(strategy) = strategy.as_object_mut() {
-        strategy.entry("type").or_insert(json!("RollingUpdate"));
-        if strategy.get("type") == Some(&json!("RollingUpdate")) {
-            let rolling = strategy.entry("rollingUpdate").or_insert(json!({}));
-            if let Some(rolling) = rolling.as_object_mut() {
-                rolling.entry("partition").or_insert(json!(0));
+        if strategy.get("type").is_none_or(|t| t.is_null() || t == "") {
+            strategy.insert("type".to_owned(), json!("RollingUpdate"));
+            if strategy.get("rollingUpdate").is_none_or(Value::is_null) {
+                strategy.insert("rollingUpdate".to_owned(), json!({}));
             }
+        }
+        if strategy.get("type") == Some(&json!("RollingUpdate"))
+            && let Some(rolling) = strategy
+                .get_mut("rollingUpdate")
+                .and_then(Value::as_object_mut)
+        {
+            rolling.entry("partition").or_insert(json!(0));
         }
     }
     if let Some(templates) = spec
