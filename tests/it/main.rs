@@ -13,6 +13,7 @@ mod fake_apiserver_tests;
 mod fuzz_harness;
 mod fuzz_replay;
 mod max_unavailable_driver;
+mod monitoring;
 mod review_cli;
 mod robustness;
 mod serve_cluster;
