@@ -40,6 +40,7 @@ pub struct Metrics {
     in_flight: Family<EndpointLabels, Gauge>,
     rejected: Family<RejectLabels, Counter>,
     cert_reloads: Family<ResultLabels, Counter>,
+    cert_expiry: Gauge,
 }
 
 impl Metrics {
@@ -54,6 +55,7 @@ impl Metrics {
             in_flight: Family::default(),
             rejected: Family::default(),
             cert_reloads: Family::default(),
+            cert_expiry: Gauge::default(),
         };
         registry.register(
             "admission_requests",
@@ -80,6 +82,11 @@ impl Metrics {
             "Serving certificate reloads, by result",
             metrics.cert_reloads.clone(),
         );
+        registry.register(
+            "serving_certificate_expiry_timestamp_seconds",
+            "When the certificate the webhook listener serves expires (notAfter of the leaf as last loaded, in every certificate mode), Unix time",
+            metrics.cert_expiry.clone(),
+        );
         metrics
     }
 
@@ -98,6 +105,11 @@ impl Metrics {
         self.cert_reloads
             .get_or_create(&ResultLabels { result })
             .inc();
+    }
+
+    /// Records the notAfter (Unix seconds) of the certificate the listener now serves.
+    pub fn serving_certificate(&self, not_after: i64) {
+        self.cert_expiry.set(not_after);
     }
 
     /// Counts a request in flight until the guard drops.

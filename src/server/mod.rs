@@ -136,6 +136,7 @@ impl Server {
         };
         let certs = tls::CertReloader::load(&cert_path, &key_path)
             .context("cannot load the serving certificate")?;
+        certs.report_expiry(&metrics);
         let tls_config = certs.server_config()?;
         tokio::spawn(certs.clone().watch(
             config.cert_poll_interval,

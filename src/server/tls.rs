@@ -86,6 +86,33 @@ impl CertReloader {
         Ok(true)
     }
 
+    /// notAfter of the leaf now served, in Unix seconds; `None` when x509 parsing fails
+    /// (rustls accepted the chain, so that would be an x509-parser gap, not a bad file).
+    pub fn not_after(&self) -> Option<i64> {
+        let current = self.current();
+        let leaf = current.cert.first()?;
+        crate::certs::x509::parse_der(leaf)
+            .inspect_err(
+                |error| tracing::warn!(%error, "cannot read the serving certificate's expiry"),
+            )
+            .ok()
+            .map(|info| info.not_after.unix_timestamp())
+    }
+
+    /// Publishes the served certificate's expiry (at load and after every reload).
+    pub fn report_expiry(&self, metrics: &Metrics) {
+        if let Some(not_after) = self.not_after() {
+            metrics.serving_certificate(not_after);
+        }
+    }
+
+    fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Reloads on file-system events in the certificate directories and every `poll`, until
     /// `stop` is cancelled.
     pub async fn watch(
@@ -110,6 +137,7 @@ impl CertReloader {
             match self.reload() {
                 Ok(true) => {
                     metrics.cert_reload("success");
+                    self.report_expiry(&metrics);
                     tracing::info!(cert = %self.cert_path.display(), "serving certificate reloaded");
                 }
                 Ok(false) => {}
@@ -138,12 +166,7 @@ impl CertReloader {
 
 impl ResolvesServerCert for CertReloader {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-        )
+        Some(self.current())
     }
 }
 
@@ -197,6 +220,71 @@ mod tests {
     fn served_cert(reloader: &CertReloader) -> Vec<u8> {
         let current = reloader.current.read().unwrap_or_else(|p| p.into_inner());
         current.cert[0].to_vec()
+    }
+
+    fn expiry_line(registry: &prometheus_client::registry::Registry) -> Option<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).expect("encode");
+        text.lines()
+            .find(|l| l.starts_with("serving_certificate_expiry_timestamp_seconds "))
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn the_served_certificate_expiry_follows_reloads_and_survives_a_bad_pair() {
+        let names = vec!["localhost".to_owned()];
+        let first = crate::certs::generate("a", &names, 2, 1).expect("certs");
+        let second = crate::certs::generate("b", &names, 5, 3).expect("certs");
+        let expiry = |pem: &str| {
+            crate::certs::x509::parse_pem(pem.as_bytes())
+                .expect("parses")
+                .not_after
+                .unix_timestamp()
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = first.write(dir.path(), false).expect("write");
+        let reloader = CertReloader::load(&paths.cert, &paths.key).expect("loads");
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        assert_eq!(
+            expiry_line(&registry).as_deref(),
+            Some("serving_certificate_expiry_timestamp_seconds 0"),
+            "nothing loaded yet"
+        );
+
+        reloader.report_expiry(&metrics);
+        assert_eq!(reloader.not_after(), Some(expiry(&first.cert_pem)));
+        assert_eq!(
+            expiry_line(&registry),
+            Some(format!(
+                "serving_certificate_expiry_timestamp_seconds {}",
+                expiry(&first.cert_pem)
+            ))
+        );
+
+        // The leaf, not the CA behind it: a chain file reports the first certificate.
+        std::fs::write(
+            &paths.cert,
+            format!("{}{}", second.cert_pem, second.ca_cert_pem),
+        )
+        .expect("write");
+        std::fs::write(&paths.key, &second.key_pem).expect("write");
+        assert!(reloader.reload().expect("good pair"));
+        reloader.report_expiry(&metrics);
+        assert_ne!(expiry(&first.cert_pem), expiry(&second.cert_pem));
+        assert_eq!(reloader.not_after(), Some(expiry(&second.cert_pem)));
+        assert_eq!(
+            expiry_line(&registry),
+            Some(format!(
+                "serving_certificate_expiry_timestamp_seconds {}",
+                expiry(&second.cert_pem)
+            ))
+        );
+
+        // A rejected pair changes nothing: the expiry stays that of the certificate served.
+        std::fs::write(&paths.cert, &first.cert_pem).expect("write");
+        assert!(reloader.reload().is_err());
+        assert_eq!(reloader.not_after(), Some(expiry(&second.cert_pem)));
     }
 
     #[test]

@@ -900,4 +900,13 @@ async fn serve_with_self_managed_certificates() {
             )),
         "{metrics}"
     );
+    // The listener's own view of what it serves agrees (reported in every mode).
+    assert!(
+        metrics.lines().any(|l| l
+            == format!(
+                "stateful_admission_serving_certificate_expiry_timestamp_seconds {}",
+                leaf.not_after.unix_timestamp()
+            )),
+        "{metrics}"
+    );
 }

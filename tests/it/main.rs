@@ -14,6 +14,7 @@ mod fuzz_harness;
 mod fuzz_replay;
 mod gitops_loop;
 mod max_unavailable_driver;
+mod monitoring;
 mod review_cli;
 mod robustness;
 mod serve_cluster;

@@ -301,6 +301,68 @@ async fn a_rollout_stuck_past_its_deadline() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn sets_past_their_deadline_are_counted_until_they_progress_or_go() {
+    let api = FakeApiServer::start().await;
+    for name in ["db", "cache"] {
+        create_set(
+            &api,
+            name,
+            json!({"stateful-admission.io/progress-deadline-seconds": "2"}),
+            status(2, 3, 3, 1, &format!("{name}-1"), &format!("{name}-2")),
+        );
+        let mut set = api.get_object(&STATEFULSETS, NS, name).expect("set");
+        set["metadata"]["generation"] = json!(2);
+        api.put_object(set);
+    }
+    create_set(&api, "web", json!({}), status(1, 3, 3, 3, "web-1", "web-1"));
+    let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
+    let past = |c: &RunningController| metric(c, "statefulsets_past_progress_deadline");
+    assert_eq!(past(&controller), Some(0));
+    for name in ["db", "cache"] {
+        expect_condition(
+            &api,
+            name,
+            "Progressing",
+            "False",
+            "ProgressDeadlineExceeded",
+        )
+        .await;
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || past(&controller) == Some(2)).await,
+        "{:?}",
+        past(&controller)
+    );
+    assert_eq!(
+        metric(&controller, "statefulset_progress_deadline_exceeded_total"),
+        Some(2)
+    );
+
+    // One moves again: no longer counted (the counter of past events stays).
+    builtin_writes_status(&api, "db", status(2, 3, 3, 2, "db-1", "db-2"));
+    expect_condition(&api, "db", "Progressing", "True", "UpdatingReplicas").await;
+    assert!(
+        eventually(Duration::from_secs(5), || past(&controller) == Some(1)).await,
+        "{:?}",
+        past(&controller)
+    );
+
+    // The other is deleted: no reconcile is ever called for a deleted set, and the count
+    // drops all the same.
+    api.remove_object(&STATEFULSETS, NS, "cache");
+    assert!(
+        eventually(Duration::from_secs(5), || past(&controller) == Some(0)).await,
+        "{:?}",
+        past(&controller)
+    );
+    assert_eq!(
+        metric(&controller, "statefulset_progress_deadline_exceeded_total"),
+        Some(2)
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn conditions_dropped_by_a_foreign_status_write_return_promptly() {
     const TRIALS: usize = 50;
     let api = FakeApiServer::start().await;

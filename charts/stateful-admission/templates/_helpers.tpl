@@ -142,3 +142,15 @@ matchConditions:
 {{- end -}}
 {{- $t -}}
 {{- end -}}
+
+{{/* The Service the ServiceMonitor scrapes, and so the `job` label of the series. The full
+name is cut first so that the suffix always stays (a cut suffix would name the webhook's own
+Service). */}}
+{{- define "sa.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "sa.fullname" . | trunc 55 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* PromQL label matchers selecting this release's series in the alerts. */}}
+{{- define "sa.metricsSelector" -}}
+{{- default (printf "job=%q,namespace=%q" (include "sa.metricsServiceName" .) .Release.Namespace) .Values.monitoring.prometheusRule.selector -}}
+{{- end -}}

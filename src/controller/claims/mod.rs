@@ -530,7 +530,9 @@ pub fn journal_owner(journal: &ConfigMap) -> Option<ObjectRef<StatefulSet>> {
 pub async fn run_journals(ctx: std::sync::Arc<Ctx>, stop: CancellationToken) {
     let poll = ctx.config.converge_poll;
     loop {
-        for journal in ctx.journals.state() {
+        let journals = ctx.journals.state();
+        ctx.metrics.journals(&journals);
+        for journal in journals {
             let Some((namespace, name)) = converge::owner(&journal) else {
                 continue;
             };

@@ -10,17 +10,23 @@
 
 pub mod plan;
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use kube::api::Patch;
 use kube::runtime::events::{Event, EventType};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 
 use super::context::{Ctx, Error, SetSnapshot};
+use crate::cluster::ClusterView;
 use crate::names;
 pub use plan::{Decision, Phase};
 
@@ -29,6 +35,89 @@ pub struct Metrics {
     condition_writes: Counter,
     progress_writes: Counter,
     deadlines_exceeded: Counter,
+    pub(crate) past_deadline: Arc<PastDeadline>,
+}
+
+/// The StatefulSets whose rollout is past its progress deadline now (`Progressing=False`), as
+/// this controller last decided. The counter of deadlines exceeded tells only that it
+/// happened; this tells how many are still stuck. Deleted sets are never reconciled, so the
+/// count is taken at scrape time against the cluster view: a set gone from it no longer counts
+/// and is forgotten (one re-created under the same name is reconciled, and so noted afresh).
+/// Only stalled sets are kept.
+#[derive(Default)]
+pub struct PastDeadline(Mutex<Stalled>);
+
+#[derive(Default)]
+struct Stalled {
+    /// (namespace, name) of each stalled set.
+    sets: HashSet<(String, String)>,
+    /// The view the sets are checked against; the first note brings it.
+    view: Option<ClusterView>,
+}
+
+impl Stalled {
+    fn prune(&mut self) {
+        if let Some(view) = &self.view {
+            self.sets
+                .retain(|(namespace, name)| view.stateful_set(namespace, name).is_some());
+        }
+    }
+}
+
+impl PastDeadline {
+    const NAME: &str = "statefulsets_past_progress_deadline";
+    const HELP: &str = "StatefulSets whose rollout is past its progress deadline now (Progressing=False, ProgressDeadlineExceeded); reported by the leader";
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Stalled> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records whether set `namespace/name` is past its deadline.
+    pub fn note(&self, view: &ClusterView, namespace: &str, name: &str, past: bool) {
+        let mut state = self.state();
+        let key = (namespace.to_owned(), name.to_owned());
+        if !past {
+            state.sets.remove(&key);
+            return;
+        }
+        if state.view.is_none() {
+            state.view = Some(view.clone());
+        }
+        if state.sets.insert(key) {
+            // A new entry: drop those of sets gone meanwhile, so the memory stays bounded by
+            // the stalled sets that exist even when nobody scrapes.
+            state.prune();
+        }
+    }
+
+    /// Forgets every set (leadership lost: another replica reports them now).
+    pub fn forget_all(&self) {
+        self.state().sets.clear();
+    }
+
+    /// Stalled sets that still exist.
+    pub fn count(&self) -> usize {
+        let mut state = self.state();
+        state.prune();
+        state.sets.len()
+    }
+}
+
+impl std::fmt::Debug for PastDeadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PastDeadline")
+            .field("sets", &self.state().sets.len())
+            .finish()
+    }
+}
+
+impl Collector for PastDeadline {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let gauge = ConstGauge::new(i64::try_from(self.count()).unwrap_or(i64::MAX));
+        let metric =
+            encoder.encode_descriptor(Self::NAME, Self::HELP, None, gauge.metric_type())?;
+        gauge.encode(metric)
+    }
 }
 
 impl Metrics {
@@ -49,6 +138,7 @@ impl Metrics {
             "Rollouts that made no progress within their deadline",
             metrics.deadlines_exceeded.clone(),
         );
+        registry.register_collector(Box::new(metrics.past_deadline.clone()));
         metrics
     }
 }
@@ -56,12 +146,21 @@ impl Metrics {
 /// One reconcile step for `snapshot`; returns when to look again.
 pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>, Error> {
     let set = &snapshot.set;
+    let past_deadline = |past: bool| {
+        let (namespace, name) = (&snapshot.namespace, &snapshot.name);
+        ctx.metrics
+            .conditions
+            .past_deadline
+            .note(&ctx.view, namespace, name, past);
+    };
     if set.metadata.deletion_timestamp.is_some() || ctx.view.namespace_ignored(&snapshot.namespace)
     {
+        past_deadline(false);
         return Ok(None);
     }
     let now = jiff::Timestamp::now();
     let decision = decide(set, now);
+    past_deadline(matches!(decision.phase, Phase::Stalled(_)));
     if decision.progress.is_none() && decision.conditions.is_none() {
         return Ok(decision.look_again);
     }
@@ -74,6 +173,7 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         _ => return Ok(None),
     };
     let decision = decide(&set, now);
+    past_deadline(matches!(decision.phase, Phase::Stalled(_)));
     let existing = set
         .status
         .as_ref()
@@ -157,4 +257,90 @@ fn decide(set: &StatefulSet, now: jiff::Timestamp) -> Decision {
         plan::read_progress(set).as_ref(),
         now,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{ClusterObjects, ClusterWriters};
+
+    fn set(namespace: &str, name: &str) -> StatefulSet {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"selector": {}, "template": {}, "serviceName": name},
+        }))
+        .expect("set")
+    }
+
+    fn sets(names: &[(&str, &str)]) -> ClusterObjects {
+        ClusterObjects {
+            stateful_sets: names.iter().map(|(ns, n)| set(ns, n)).collect(),
+            ..ClusterObjects::default()
+        }
+    }
+
+    fn scraped(registry: &Registry) -> Option<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).expect("encode");
+        text.lines()
+            .find(|l| l.starts_with("statefulsets_past_progress_deadline "))
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn past_deadline_counts_the_stalled_sets_that_still_exist() {
+        let mut writers = ClusterWriters::new();
+        writers.replace_all(sets(&[("db", "a"), ("db", "b"), ("web", "a")]));
+        let view = writers.view();
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let gauge = &metrics.past_deadline;
+        assert_eq!(
+            scraped(&registry).as_deref(),
+            Some("statefulsets_past_progress_deadline 0")
+        );
+
+        gauge.note(&view, "db", "a", true);
+        gauge.note(&view, "db", "a", true);
+        gauge.note(&view, "web", "a", true);
+        gauge.note(&view, "db", "b", false);
+        assert_eq!(gauge.count(), 2, "each set once, by namespace and name");
+        assert_eq!(
+            scraped(&registry).as_deref(),
+            Some("statefulsets_past_progress_deadline 2")
+        );
+
+        // Progress again: no longer counted.
+        gauge.note(&view, "web", "a", false);
+        assert_eq!(gauge.count(), 1);
+
+        // Deleted (no reconcile ever says so): gone from the view, gone from the count.
+        writers.replace_all(sets(&[("db", "b"), ("web", "a")]));
+        assert_eq!(
+            scraped(&registry).as_deref(),
+            Some("statefulsets_past_progress_deadline 0")
+        );
+        // and forgotten: its re-creation under the same name starts from nothing.
+        writers.replace_all(sets(&[("db", "a"), ("db", "b"), ("web", "a")]));
+        assert_eq!(gauge.count(), 0);
+    }
+
+    #[test]
+    fn past_deadline_memory_keeps_only_sets_that_exist_even_without_scrapes() {
+        let mut writers = ClusterWriters::new();
+        let view = writers.view();
+        let gauge = PastDeadline::default();
+        for n in 0..1000 {
+            let name = format!("s{n}");
+            writers.replace_all(sets(&[("db", &name)]));
+            gauge.note(&view, "db", &name, true);
+        }
+        assert_eq!(gauge.state().sets.len(), 1, "deleted sets were dropped");
+        gauge.forget_all();
+        assert_eq!(
+            gauge.count(),
+            0,
+            "a replica that stops leading reports none"
+        );
+    }
 }
