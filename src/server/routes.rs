@@ -330,24 +330,24 @@ async fn drain_body(mut body: Body, bytes: usize, timeout: Duration) {
         let mut left = bytes;
         while let Some(frame) = body.frame().await {
             let Ok(frame) = frame else {
-                return false;
+                return Err("the body failed");
             };
             if let Some(data) = frame.data_ref() {
-                let Some(rest) = left.checked_sub(data.len()) else {
-                    return false;
-                };
-                left = rest;
+                left = left
+                    .checked_sub(data.len())
+                    .ok_or("the body is larger than the drain allows")?;
             }
         }
-        true
+        Ok(())
     };
     let drained = tokio::time::timeout(timeout, read_all)
         .await
-        .unwrap_or(false);
-    if !drained {
+        .unwrap_or(Err("the body was not sent in time"));
+    if let Err(why) = drained {
         tracing::debug!(
             bytes,
             ?timeout,
+            why,
             "request body not drained before an early reply"
         );
     }
