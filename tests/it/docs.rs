@@ -16,6 +16,7 @@ const DOCUMENTS: &[&str] = &[
     "docs/deployment.md",
     "docs/runbooks.md",
     "certs/README.md",
+    "examples/reviews/README.md",
     "charts/stateful-admission/README.md",
 ];
 

@@ -147,23 +147,36 @@ const EMPTY_CLUSTER_NOTE: &str = "note: no --state given: reviewed against an em
 #[test]
 fn every_example_review_exits_as_the_readme_says() {
     let state = example("cluster.yaml");
+    let listing = std::fs::read_to_string(example("reviews/README.md")).expect("README");
     let mut seen = 0;
     for entry in std::fs::read_dir(example("reviews")).expect("examples/reviews") {
         let review = entry.expect("entry").path();
+        if review.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
         let name = review.file_name().and_then(|n| n.to_str()).expect("name");
-        // The one example that shows a denial; every other one is allowed.
-        let (want_code, want_allowed) = if name == "statefulset-storage-class-change.json" {
-            (1, false)
-        } else {
-            (0, true)
-        };
+        // The README's table row for the file ends with the exit code it states.
+        let row = listing
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{name}` |")))
+            .unwrap_or_else(|| panic!("examples/reviews/README.md does not list {name}"));
+        let want_code: i32 = row
+            .trim_end_matches('|')
+            .rsplit('|')
+            .next()
+            .and_then(|c| c.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no exit code in the row for {name}: {row}"));
         let run = run_binary(&["review", "--state", path(&state), path(&review)], None);
         assert_eq!(run.code, want_code, "{name}: {}", run.stderr);
-        assert_eq!(run.json()["response"]["allowed"], want_allowed, "{name}");
+        assert_eq!(run.json()["response"]["allowed"], want_code == 0, "{name}");
         assert_eq!(run.stderr, "", "{name}: a state was given, nothing to note");
         seen += 1;
     }
     assert!(seen >= 4, "examples found: {seen}");
+    assert!(
+        listing.contains("**denied**, 422") && listing.contains("| 1 |"),
+        "the README shows the denied example and its exit code"
+    );
 }
 
 #[test]
