@@ -1,7 +1,7 @@
 //! Command line: `serve` runs the webhook; `review` evaluates one AdmissionReview offline;
 //! `certs generate` writes certificates for local development.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,7 +37,8 @@ enum Command {
     /// Run the HTTPS admission webhook (and the probe/metrics listener).
     Serve(Box<ServeArgs>),
     /// Evaluate one AdmissionReview offline as the apiserver would: mutate, apply the patch,
-    /// validate. Prints the response AdmissionReview. Exit 0 allowed, 1 denied, 2 bad input.
+    /// validate. Prints the response AdmissionReview (or, with --show object, the object the
+    /// apiserver would store). Exit 0 allowed, 1 denied, 2 bad input.
     Review(ReviewArgs),
     /// Certificate tooling for local development.
     #[command(subcommand)]
@@ -361,6 +362,19 @@ struct ReviewArgs {
     phase: Option<PhaseArg>,
     #[command(flatten)]
     policy: PolicyArgs,
+    /// How the response's patch is printed: base64, exactly as the webhook sends it (the
+    /// default), or json, the decoded JSON-patch array.
+    #[arg(long, value_enum, value_name = "base64|json")]
+    patch: Option<PatchFormat>,
+    /// What is printed: the response AdmissionReview (the default), or the object as the
+    /// apiserver would store it after the mutation (nothing when the review is denied).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "review",
+        value_name = "review|object"
+    )]
+    show: Show,
     /// AdmissionReview JSON file, or - for standard input.
     review: PathBuf,
 }
@@ -369,6 +383,18 @@ struct ReviewArgs {
 enum PhaseArg {
     Mutate,
     Validate,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PatchFormat {
+    Base64,
+    Json,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Show {
+    Review,
+    Object,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -506,6 +532,20 @@ fn review(args: ReviewArgs) -> ExitCode {
         eprintln!("error: {message}");
         ExitCode::from(2)
     };
+    if args.show == Show::Object {
+        if args.patch.is_some() {
+            return bad_input(
+                "--patch formats the printed review; --show object prints the object instead"
+                    .to_owned(),
+            );
+        }
+        if matches!(args.phase, Some(PhaseArg::Validate)) {
+            return bad_input(
+                "--show object needs the mutating phase: a validating webhook never changes the object"
+                    .to_owned(),
+            );
+        }
+    }
     let view = match &args.state {
         Some(path) => match state_file::load(path) {
             Ok(objects) => ClusterView::from_objects(objects),
@@ -536,11 +576,51 @@ fn review(args: ReviewArgs) -> ExitCode {
         Ok(outcome) => outcome,
         Err(e) => return bad_input(format!("{}: {e}", args.review.display())),
     };
-    match serde_json::to_string_pretty(&outcome.review) {
-        Ok(text) => println!("{text}"),
-        Err(e) => return bad_input(e.to_string()),
+    if args.state.is_none() {
+        // Rules that read cluster state (default classes, expansion limits, a set's stored
+        // templates) see nothing, which is easy to mistake for their answer.
+        eprintln!(
+            "note: no --state given: reviewed against an empty cluster (no StorageClasses, Namespaces, StatefulSets or claims)"
+        );
     }
-    if outcome.allowed {
+    let allowed = outcome.allowed;
+    let printed = match (args.show, args.patch.unwrap_or(PatchFormat::Base64)) {
+        (Show::Review, PatchFormat::Base64) => outcome.review,
+        (Show::Review, PatchFormat::Json) => match outcome.review_with_decoded_patch() {
+            Ok(review) => review,
+            Err(e) => return bad_input(e),
+        },
+        (Show::Object, _) if !allowed => {
+            // Nothing would be stored; say why, as kubectl would.
+            let message = outcome
+                .review
+                .pointer("/response/status/message")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("denied");
+            eprintln!("denied: {message}");
+            return ExitCode::from(1);
+        }
+        (Show::Object, _) => match outcome.object {
+            Some(object) => object,
+            None => {
+                return bad_input(format!(
+                    "{}: --show object: the request carries no object (a DELETE or CONNECT)",
+                    args.review.display()
+                ));
+            }
+        },
+    };
+    let text = match serde_json::to_string_pretty(&printed) {
+        Ok(text) => text,
+        Err(e) => return bad_input(e.to_string()),
+    };
+    // A reader that stops early (`| head`) is not an error of ours.
+    if let Err(e) = writeln!(std::io::stdout().lock(), "{text}")
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return bad_input(format!("cannot write the output: {e}"));
+    }
+    if allowed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -41,6 +41,27 @@ pub struct Outcome {
     pub object: Option<Value>,
 }
 
+impl Outcome {
+    /// The response with its patch decoded for reading: `response.patch` as the JSON-patch
+    /// array instead of the base64 string the webhook sends. A response without a patch is
+    /// returned as it is.
+    pub fn review_with_decoded_patch(self) -> Result<Value, String> {
+        use base64::Engine as _;
+        let mut review = self.review;
+        let Some(patch) = review.pointer_mut("/response/patch") else {
+            return Ok(review);
+        };
+        let bytes = patch
+            .as_str()
+            .map(|p| base64::engine::general_purpose::STANDARD.decode(p))
+            .ok_or("response.patch is not a string")?
+            .map_err(|e| format!("response.patch is not base64: {e}"))?;
+        *patch = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("response.patch is not JSON: {e}"))?;
+        Ok(review)
+    }
+}
+
 /// Decodes an AdmissionReview held as a JSON value (the builder, tests, the fuzz harness);
 /// the server decodes bytes with [`wire::decode_review`].
 pub fn decode_request(raw: &Value) -> Result<AdmissionRequest<DynamicObject>, BadReview> {
@@ -136,6 +157,48 @@ fn combine(mutated: Verdict, validated: Verdict) -> Verdict {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn outcome(response: Value) -> Outcome {
+        Outcome {
+            review: json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                           "response": response}),
+            allowed: true,
+            object: None,
+        }
+    }
+
+    #[test]
+    fn a_decoded_patch_replaces_the_base64_string_and_nothing_else() {
+        let ops = json!([{"op": "add", "path": "/spec/storageClassName", "value": "standard"}]);
+        let wire = {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(ops.to_string())
+        };
+        let response =
+            json!({"uid": "u", "allowed": true, "patchType": "JSONPatch", "patch": wire});
+        let decoded = outcome(response.clone())
+            .review_with_decoded_patch()
+            .expect("decodes");
+        let mut want = outcome(response).review;
+        want["response"]["patch"] = ops;
+        assert_eq!(decoded, want);
+
+        let unpatched = outcome(json!({"uid": "u", "allowed": true}));
+        assert_eq!(
+            unpatched.clone().review_with_decoded_patch(),
+            Ok(unpatched.review)
+        );
+        for (bad, why) in [
+            (json!(5), "not a string"),
+            (json!("%%%"), "not base64"),
+            (json!("bm90IGpzb24="), "not JSON"),
+        ] {
+            let err = outcome(json!({"uid": "u", "allowed": true, "patch": bad}))
+                .review_with_decoded_patch()
+                .expect_err("bad patch");
+            assert!(err.contains(why), "{err}");
+        }
+    }
 
     #[test]
     fn an_object_without_metadata_is_malformed() {

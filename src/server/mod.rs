@@ -156,10 +156,14 @@ impl Server {
                 .await
         });
 
-        let state = Arc::new(
-            routes::AdmissionState::new(view, config.policy.clone(), metrics.clone())
-                .with_max_unavailable_gate(max_unavailable_gate),
-        );
+        let mut state = routes::AdmissionState::new(view, config.policy.clone(), metrics.clone())
+            .with_max_unavailable_gate(max_unavailable_gate);
+        // A drain that outlasted the request timeout would turn a 413 or 415 into a 408.
+        state.early_reply_drain.timeout = state
+            .early_reply_drain
+            .timeout
+            .min(config.request_timeout / 2);
+        let state = Arc::new(state);
         let app = routes::router(state).layer(tower_http::timeout::TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             config.request_timeout,

@@ -3,7 +3,7 @@
 //! and the per-review span.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
@@ -28,6 +29,33 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// Request-body bytes held at once across all connections (ten bodies at the cap). Without
 /// it a flood of large bodies grows memory with the number of connections and streams.
 pub const BODY_BUDGET_BYTES: usize = 32 * 1024 * 1024;
+
+/// How much of a request body an early error reply (413, 415) reads and throws away before
+/// answering, and for how long. Answering first and dropping the rest makes HTTP/2 reset the
+/// stream (RST_STREAM NO_ERROR, as RFC 9113 §8.1 allows), which some clients report as a
+/// stream error instead of the answer (curl 7.88: `Stream error in the HTTP/2 framing
+/// layer`), and makes HTTP/1.1 close a connection with unread data, whose TCP reset can
+/// destroy the answer before the client reads it. Nothing drained is kept, so the body limit
+/// and the body budget are untouched; the bounds keep a drain from costing more than a review.
+#[derive(Debug, Clone, Copy)]
+pub struct EarlyReplyDrain {
+    /// Body bytes read at most, counting what was read before the error was found. The
+    /// default, 8 MiB, covers the largest review kube-apiserver can send (an object under its
+    /// 3 MiB request limit plus an old object under etcd's 1.5 MiB) with room to spare.
+    pub bytes: usize,
+    /// Longest wait for the rest of the body; shorter than the request timeout, so that the
+    /// client gets the real error, not a 408.
+    pub timeout: Duration,
+}
+
+impl Default for EarlyReplyDrain {
+    fn default() -> Self {
+        Self {
+            bytes: 8 * 1024 * 1024,
+            timeout: Duration::from_secs(1),
+        }
+    }
+}
 
 /// Shares of [`BODY_BUDGET_BYTES`]: a request reserves its declared length (the whole cap when
 /// it declares none) before its body is read and holds it until answered; others wait, within
@@ -72,6 +100,7 @@ pub struct AdmissionState {
     /// cell the controller writes when both run in `serve`; unknown otherwise).
     pub max_unavailable_gate: GateCell,
     pub body_budget: Arc<BodyBudget>,
+    pub early_reply_drain: EarlyReplyDrain,
 }
 
 impl AdmissionState {
@@ -83,6 +112,7 @@ impl AdmissionState {
             evaluator: admission::evaluate,
             max_unavailable_gate: GateCell::default(),
             body_budget: Arc::new(BodyBudget::new(BODY_BUDGET_BYTES as u32)),
+            early_reply_drain: EarlyReplyDrain::default(),
         }
     }
 
@@ -132,49 +162,75 @@ async fn validate(
     handle(Phase::Validate, &state, &headers, body).await
 }
 
-async fn handle(phase: Phase, state: &AdmissionState, headers: &HeaderMap, body: Body) -> Response {
+async fn handle(
+    phase: Phase,
+    state: &AdmissionState,
+    headers: &HeaderMap,
+    mut body: Body,
+) -> Response {
     let endpoint = phase.as_str();
     let _in_flight = state.metrics.in_flight(endpoint);
     let reject = |code: StatusCode, message: &str, uid: Option<&str>| {
         state.metrics.rejected(endpoint, code.as_u16());
         error_response(code, message, uid)
     };
-
-    if !is_json(headers) {
-        return reject(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "content type must be application/json",
-            None,
-        );
-    }
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    // An answer before the body is read: first let the client finish sending, within bounds.
+    let early = |body: Body, already_read: usize, code: StatusCode, message: &'static str| {
+        let drain = state.early_reply_drain;
+        let fits = declared.is_none_or(|len| len <= drain.bytes as u64);
+        let allowance = drain.bytes.saturating_sub(already_read);
+        async move {
+            if fits && !expects_continue(headers) {
+                drain_body(body, allowance, drain.timeout).await;
+            }
+            reject(code, message, None)
+        }
+    };
+
+    if !is_json(headers) {
+        return early(
+            body,
+            0,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content type must be application/json",
+        )
+        .await;
+    }
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-        return reject(
+        return early(
+            body,
+            0,
             StatusCode::PAYLOAD_TOO_LARGE,
             "request body too large",
-            None,
-        );
+        )
+        .await;
     }
     let share = declared.map_or(MAX_BODY_BYTES, |len| len as usize);
-    let Some(_share) = state.body_budget.reserve(share).await else {
-        return reject(StatusCode::SERVICE_UNAVAILABLE, "shutting down", None);
+    let Some(share) = state.body_budget.reserve(share).await else {
+        return early(body, 0, StatusCode::SERVICE_UNAVAILABLE, "shutting down").await;
     };
-    let bytes = match read_body(body).await {
+    let bytes = match read_body(&mut body).await {
         Ok(bytes) => bytes,
         Err(BodyError::TooLarge) => {
-            return reject(
+            // Nothing read is kept: the share goes back before the drain.
+            drop(share);
+            return early(
+                body,
+                MAX_BODY_BYTES,
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "request body too large",
-                None,
-            );
+            )
+            .await;
         }
         Err(BodyError::Io(message)) => {
             return reject(StatusCode::BAD_REQUEST, &message, None);
         }
     };
+    drop(body);
 
     let started = Instant::now();
     let req = match wire::decode_review(&bytes) {
@@ -255,18 +311,55 @@ enum BodyError {
     Io(String),
 }
 
-async fn read_body(body: Body) -> Result<Bytes, BodyError> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
+/// Reads the body up to [`MAX_BODY_BYTES`]; past it the rest stays unread in `body`.
+async fn read_body(body: &mut Body) -> Result<Bytes, BodyError> {
+    match http_body_util::Limited::new(body, MAX_BODY_BYTES)
+        .collect()
         .await
-        .map_err(|e| {
-            let is_limit = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            if is_limit {
-                BodyError::TooLarge
-            } else {
-                BodyError::Io(format!("cannot read body: {e}"))
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Err(e) => Err(BodyError::Io(format!("cannot read body: {e}"))),
+    }
+}
+
+/// Reads and discards the rest of a body, at most `bytes` of it and for at most `timeout`;
+/// past either the answer goes out anyway (and the stream or connection is reset).
+async fn drain_body(mut body: Body, bytes: usize, timeout: Duration) {
+    let read_all = async {
+        let mut left = bytes;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                return Err("the body failed");
+            };
+            if let Some(data) = frame.data_ref() {
+                left = left
+                    .checked_sub(data.len())
+                    .ok_or("the body is larger than the drain allows")?;
             }
-        })
+        }
+        Ok(())
+    };
+    let drained = tokio::time::timeout(timeout, read_all)
+        .await
+        .unwrap_or(Err("the body was not sent in time"));
+    if let Err(why) = drained {
+        tracing::debug!(
+            bytes,
+            ?timeout,
+            why,
+            "request body not drained before an early reply"
+        );
+    }
+}
+
+/// `Expect: 100-continue`: the client waits for a go-ahead before sending the body, and a
+/// final answer tells it not to send it (RFC 9110 §10.1.1), so there is nothing to drain.
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
 }
 
 /// `application/json`, with or without parameters such as `charset`.

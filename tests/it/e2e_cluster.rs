@@ -1,8 +1,15 @@
-//! Against a real cluster, only when `KUBECONFIG` is set (skipped otherwise, saying why):
-//! convergence re-creates a StatefulSet with its recorded desired templates, and the real
-//! StatefulSet controller adopts the running pod (same UID, no restart). The webhook need not
-//! be installed: the test records the desired templates itself, as the webhook would.
-//! Everything lives in a fresh namespace that is deleted at the end.
+//! Against a real cluster: convergence re-creates a StatefulSet with its recorded desired
+//! templates, and the real StatefulSet controller adopts the running pod (same UID, no
+//! restart). The webhook need not be installed: the test records the desired templates
+//! itself, as the webhook would. Everything lives in a fresh namespace that is deleted at the
+//! end.
+//!
+//! Ignored by default, so that a run without a cluster reports it as ignored rather than
+//! passed. Run it with a kubeconfig whose user may create namespaces:
+//!
+//! ```sh
+//! KUBECONFIG=$HOME/.kube/config cargo test --locked --test it -- --ignored e2e_cluster
+//! ```
 
 use std::time::Duration;
 
@@ -33,20 +40,37 @@ where
     false
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn convergence_keeps_the_running_pod_on_a_real_cluster() {
-    if std::env::var_os("KUBECONFIG").is_none() {
-        eprintln!("skipped: KUBECONFIG is not set (this suite needs a real cluster)");
-        return;
-    }
-    let client = Client::try_default()
+/// The cluster named by `KUBECONFIG`; asked for explicitly, so that `--ignored` without it
+/// fails instead of passing or reaching whatever cluster a default config points at.
+async fn cluster_from_kubeconfig() -> Client {
+    assert!(
+        std::env::var_os("KUBECONFIG").is_some(),
+        "this test needs a real cluster: set KUBECONFIG and run it with `cargo test -- --ignored`"
+    );
+    Client::try_default()
         .await
-        .expect("a client from KUBECONFIG");
+        .expect("a client from KUBECONFIG")
+}
+
+/// Writes the test makes as a user would (Helm, kubectl), under a manager of its own.
+fn as_user() -> PostParams {
+    PostParams {
+        field_manager: Some(USER.into()),
+        ..PostParams::default()
+    }
+}
+
+const USER: &str = "stateful-admission-e2e";
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs KUBECONFIG"]
+async fn convergence_keeps_the_running_pod_on_a_real_cluster() {
+    let client = cluster_from_kubeconfig().await;
     let ns = format!("sa-e2e-{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(
-            &PostParams::default(),
+            &as_user(),
             &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns"),
         )
         .await
@@ -74,7 +98,7 @@ async fn convergence_keeps_the_running_pod_on_a_real_cluster() {
     if let Some(a) = paused.metadata.annotations.as_mut() {
         a.remove(names::DESIRED_VOLUME_CLAIM_TEMPLATES);
     }
-    sets.create(&PostParams::default(), &paused)
+    sets.create(&as_user(), &paused)
         .await
         .expect("create the set");
     assert!(
@@ -91,7 +115,10 @@ async fn convergence_keeps_the_running_pod_on_a_real_cluster() {
         set.metadata.annotations.as_ref().and_then(|a| a.get(names::DESIRED_VOLUME_CLAIM_TEMPLATES))}}});
     sets.patch(
         "web",
-        &kube::api::PatchParams::default(),
+        &kube::api::PatchParams {
+            field_manager: Some(USER.into()),
+            ..kube::api::PatchParams::default()
+        },
         &kube::api::Patch::Merge(&patch),
     )
     .await

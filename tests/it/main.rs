@@ -7,6 +7,7 @@ mod claim_rules;
 mod common;
 mod controller_runtime;
 mod default_class_controller;
+mod docs;
 mod e2e_cluster;
 mod fake_apiserver_tests;
 #[path = "../../fuzz/harness.rs"]

@@ -189,3 +189,179 @@ fn the_binary_runs_jemalloc_with_background_purging() {
         );
     }
 }
+
+/// A body of `chunks` chunks of 64 KiB (then, with `stall`, one that never comes), and how
+/// many bytes of it the server has taken.
+fn counted_body(chunks: usize, stall: bool) -> (Body, Arc<std::sync::atomic::AtomicUsize>) {
+    use futures::StreamExt;
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = taken.clone();
+    let data = futures::stream::iter((0..chunks).map(|_| vec![b' '; 64 * 1024])).map(move |c| {
+        counter.fetch_add(c.len(), std::sync::atomic::Ordering::SeqCst);
+        Ok::<_, std::io::Error>(c)
+    });
+    let body = if stall {
+        Body::from_stream(data.chain(futures::stream::pending()))
+    } else {
+        Body::from_stream(data)
+    };
+    (body, taken)
+}
+
+fn state_with_drain(bytes: usize, timeout: Duration) -> Arc<AdmissionState> {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let mut state = AdmissionState::new(ClusterView::empty(), Policy::default(), metrics);
+    state.early_reply_drain = routes::EarlyReplyDrain { bytes, timeout };
+    Arc::new(state)
+}
+
+/// One request answered early: what it sends, and what the server must take of its body.
+struct DrainCase {
+    what: &'static str,
+    content_type: &'static str,
+    declared: Option<usize>,
+    /// 64 KiB chunks the client has to send.
+    chunks: usize,
+    expect_continue: bool,
+    status: StatusCode,
+    taken: std::ops::RangeInclusive<usize>,
+}
+
+#[tokio::test]
+async fn an_early_error_reply_reads_the_rest_of_the_body_within_its_bounds() {
+    use std::sync::atomic::Ordering;
+    const MIB: usize = 1024 * 1024;
+    const CHUNK: usize = 64 * 1024;
+    let app = routes::router(state_with_drain(8 * MIB, Duration::from_secs(5)));
+    let case = |what, content_type, declared, chunks, status, taken| DrainCase {
+        what,
+        content_type,
+        declared,
+        chunks,
+        expect_continue: false,
+        status,
+        taken,
+    };
+    let (json, text) = ("application/json", "text/plain");
+    let (too_large, wrong_type) = (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+    );
+    let cases = [
+        case(
+            "wrong type, 4 MiB: read to the end",
+            text,
+            None,
+            64,
+            wrong_type,
+            4 * MIB..=4 * MIB,
+        ),
+        case(
+            "4 MiB declared: read to the end",
+            json,
+            Some(4 * MIB),
+            64,
+            too_large,
+            4 * MIB..=4 * MIB,
+        ),
+        case(
+            "4 MiB undeclared: the cap, then the rest",
+            json,
+            None,
+            64,
+            too_large,
+            4 * MIB..=4 * MIB,
+        ),
+        case(
+            "declared past the drain bound: nothing read",
+            json,
+            Some(64 * MIB),
+            1024,
+            too_large,
+            0..=0,
+        ),
+        case(
+            "wrong type declared past the bound: nothing read",
+            text,
+            Some(64 * MIB),
+            1024,
+            wrong_type,
+            0..=0,
+        ),
+        // The chunk that crosses the cap and the one that crosses the bound are taken.
+        case(
+            "undeclared past the bound: stops at it",
+            json,
+            None,
+            1024,
+            too_large,
+            8 * MIB..=8 * MIB + 2 * CHUNK,
+        ),
+        DrainCase {
+            expect_continue: true,
+            ..case(
+                "Expect: 100-continue: the client waits, nothing read",
+                text,
+                Some(4 * MIB),
+                64,
+                wrong_type,
+                0..=0,
+            )
+        },
+    ];
+    for c in cases {
+        let (body, counter) = counted_body(c.chunks, false);
+        let mut req = Request::post("/mutate").header("content-type", c.content_type);
+        if let Some(len) = c.declared {
+            req = req.header("content-length", len.to_string());
+        }
+        if c.expect_continue {
+            req = req.header("expect", "100-continue");
+        }
+        let response = app
+            .clone()
+            .oneshot(req.body(body).expect("request"))
+            .await
+            .expect("answer");
+        assert_eq!(response.status(), c.status, "{}", c.what);
+        let got = counter.load(Ordering::SeqCst);
+        assert!(
+            c.taken.contains(&got),
+            "{}: took {got} bytes, want {:?}",
+            c.what,
+            c.taken
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_early_error_reply_waits_for_a_stalled_body_no_longer_than_the_drain_timeout() {
+    let app = routes::router(state_with_drain(
+        8 * 1024 * 1024,
+        Duration::from_millis(300),
+    ));
+    for content_type in ["text/plain", "application/json"] {
+        // 4 MiB (past the cap when it is JSON), then nothing more.
+        let (body, _) = counted_body(64, true);
+        let req = Request::post("/mutate")
+            .header("content-type", content_type)
+            .body(body)
+            .expect("request");
+        let started = std::time::Instant::now();
+        let response = tokio::time::timeout(Duration::from_secs(5), app.clone().oneshot(req))
+            .await
+            .expect("answered without the rest of the body")
+            .expect("answer");
+        assert!(
+            response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
+                || response.status() == StatusCode::PAYLOAD_TOO_LARGE,
+            "{content_type}: {}",
+            response.status()
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "{content_type}: answered before the drain timeout"
+        );
+    }
+}

@@ -484,3 +484,171 @@ fn help_shows_the_defaults() {
         );
     }
 }
+
+/// An HTTP/2-only (prior knowledge over TLS) or HTTP/1.1-only client.
+fn client_for(ca: &Path, version: reqwest::Version) -> reqwest::Client {
+    let pem = std::fs::read(ca).expect("read CA");
+    let builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("CA PEM"))
+        .timeout(Duration::from_secs(20));
+    let builder = if version == reqwest::Version::HTTP_2 {
+        builder.http2_prior_knowledge()
+    } else {
+        builder.http1_only()
+    };
+    builder.build().expect("client")
+}
+
+/// A body the server answers before reading it: too large (declared or not), or sent with
+/// the wrong content type.
+#[derive(Debug, Clone, Copy)]
+enum EarlyError {
+    TooLargeDeclared,
+    TooLargeStreamed,
+    WrongContentType,
+}
+
+impl EarlyError {
+    const ALL: [EarlyError; 3] = [
+        EarlyError::TooLargeDeclared,
+        EarlyError::TooLargeStreamed,
+        EarlyError::WrongContentType,
+    ];
+
+    fn want(self) -> (u16, &'static str) {
+        match self {
+            EarlyError::TooLargeDeclared | EarlyError::TooLargeStreamed => {
+                (413, "request body too large")
+            }
+            EarlyError::WrongContentType => (415, "content type must be application/json"),
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            EarlyError::WrongContentType => "text/plain",
+            _ => "application/json",
+        }
+    }
+}
+
+const FOUR_MIB: usize = 4 * 1024 * 1024;
+
+async fn send_early_error(
+    c: &reqwest::Client,
+    url: &str,
+    case: EarlyError,
+) -> Result<(reqwest::Version, u16, Value), reqwest::Error> {
+    let request = c.post(url).header("content-type", case.content_type());
+    let request = match case {
+        EarlyError::TooLargeStreamed => {
+            // No content-length: the server finds out only while reading.
+            let chunks =
+                (0..FOUR_MIB / (64 * 1024)).map(|_| Ok::<_, std::io::Error>(vec![b' '; 64 * 1024]));
+            request.body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        }
+        _ => request.body(vec![b' '; FOUR_MIB]),
+    };
+    let resp = request.send().await?;
+    let (version, status) = (resp.version(), resp.status().as_u16());
+    Ok((version, status, resp.json().await?))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn early_error_replies_are_readable_over_http2_and_http1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = Served::start(&[
+        "--self-signed",
+        "--self-signed-dir",
+        dir.path().to_str().expect("path"),
+        "--state",
+        state_file().to_str().expect("path"),
+    ]);
+    let ca = dir.path().join("ca.crt");
+    let url = served.url("/mutate");
+    for version in [reqwest::Version::HTTP_2, reqwest::Version::HTTP_11] {
+        let c = client_for(&ca, version);
+        for case in EarlyError::ALL {
+            let (want_status, want_error) = case.want();
+            let (got_version, status, body) = send_early_error(&c, &url, case)
+                .await
+                .unwrap_or_else(|e| panic!("{version:?} {case:?}: {e:?}"));
+            assert_eq!(got_version, version, "{case:?}");
+            assert_eq!(status, want_status, "{version:?} {case:?}: {body}");
+            assert_eq!(body["error"], want_error, "{version:?} {case:?}");
+        }
+        // The connection (or, over HTTP/2, the same connection) still serves a review.
+        let resp = c
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(review_body())
+            .send()
+            .await
+            .expect("a review after the early errors");
+        assert_eq!(resp.status(), 200, "{version:?}");
+    }
+}
+
+/// The exact command line that used to print `Stream error in the HTTP/2 framing layer`:
+/// curl's default HTTP/2 with a body it is still sending when the answer comes. Skipped
+/// (passes with a note) where curl is not installed.
+#[test]
+fn curl_gets_early_error_replies_over_http2() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("curl not found; skipping the curl HTTP/2 early-reply check");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = Served::start(&[
+        "--self-signed",
+        "--self-signed-dir",
+        dir.path().to_str().expect("path"),
+        "--state",
+        state_file().to_str().expect("path"),
+    ]);
+    let ca = dir.path().join("ca.crt");
+    let big = temp_file(".json", &vec![b' '; FOUR_MIB]);
+    let url = served.url("/mutate");
+    for (http, want_version) in [("--http2", "2"), ("--http1.1", "1.1")] {
+        for (content_type, want) in [
+            ("application/json", "413 request body too large"),
+            ("text/plain", "415 content type must be application/json"),
+        ] {
+            let out = Command::new("curl")
+                .args([
+                    "--silent",
+                    "--show-error",
+                    http,
+                    "--cacert",
+                    ca.to_str().expect("path"),
+                    "--header",
+                    &format!("content-type: {content_type}"),
+                    "--data-binary",
+                    &format!("@{}", big.path().to_str().expect("path")),
+                    "--write-out",
+                    "\n%{http_version} %{http_code}",
+                    &url,
+                ])
+                .output()
+                .expect("curl runs");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success(),
+                "{http} {content_type}: curl failed ({:?}): {stderr}",
+                out.status.code()
+            );
+            let (body, status_line) = stdout.rsplit_once('\n').expect("write-out line");
+            let (version, code) = status_line.split_once(' ').expect("version and code");
+            let error: Value = serde_json::from_str(body).expect("JSON error body");
+            assert_eq!(version, want_version, "{http} {content_type}");
+            assert_eq!(
+                format!("{code} {}", error["error"].as_str().unwrap_or("")),
+                want,
+                "{http} {content_type}"
+            );
+        }
+    }
+}

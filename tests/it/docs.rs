@@ -1,0 +1,179 @@
+//! The documentation's links: relative links name files that exist, anchors name headings
+//! that exist, and the runbook sections the chart's alerts link to are where they say.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Documents users read; their links are checked.
+const DOCUMENTS: &[&str] = &[
+    "README.md",
+    "CHANGELOG.md",
+    "BENCHMARKS.md",
+    "docs/deployment.md",
+    "docs/runbooks.md",
+    "certs/README.md",
+    "examples/reviews/README.md",
+    "charts/stateful-admission/README.md",
+];
+
+/// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside code blocks), with GitHub's `-1`,
+/// `-2` suffixes for repeated headings.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let Some(heading) = line.strip_prefix('#') else {
+            continue;
+        };
+        let base = slug(heading.trim_start_matches('#'));
+        let mut anchor = base.clone();
+        let mut n = 0;
+        while seen.contains(&anchor) {
+            n += 1;
+            anchor = format!("{base}-{n}");
+        }
+        seen.insert(anchor);
+    }
+    seen
+}
+
+/// Targets of inline links `[text](target)` outside code blocks and code spans.
+fn link_targets(text: &str) -> Vec<String> {
+    let mut targets = Vec::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        // Drop code spans so that `a](b)` inside backticks is not read as a link.
+        let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            if let Some(end) = rest.find(')') {
+                targets.push(rest[..end].to_owned());
+                rest = &rest[end..];
+            }
+        }
+    }
+    targets
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+#[test]
+fn relative_links_and_anchors_resolve() {
+    let mut checked = 0;
+    for doc in DOCUMENTS {
+        let path = repo().join(doc);
+        let text = read(&path);
+        for target in link_targets(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target.as_str(), ""));
+            let linked = if file.is_empty() {
+                path.clone()
+            } else {
+                path.parent().expect("a directory").join(file)
+            };
+            assert!(
+                linked.exists(),
+                "{doc}: link to {target}: {} does not exist",
+                linked.display()
+            );
+            if !anchor.is_empty() {
+                assert!(
+                    linked.extension().is_some_and(|e| e == "md"),
+                    "{doc}: anchor into a file that is not Markdown: {target}"
+                );
+                assert!(
+                    anchors(&read(&linked)).contains(anchor),
+                    "{doc}: link to {target}: no heading with that anchor"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "links checked: {checked}");
+}
+
+#[test]
+fn the_alert_runbook_sections_have_the_anchors_alerts_link_to() {
+    let runbooks = anchors(&read(&repo().join("docs/runbooks.md")));
+    for anchor in [
+        "webhook-errors",
+        "webhook-latency",
+        "certificate-expiry",
+        "rollout-past-deadline",
+        "convergence-journal-stuck",
+        "controller-without-leader",
+    ] {
+        assert!(
+            runbooks.contains(anchor),
+            "docs/runbooks.md lacks #{anchor}"
+        );
+    }
+}
+
+#[test]
+fn readme_and_deployment_guide_link_the_runbooks_and_the_changelog() {
+    for (doc, runbooks, changelog) in [
+        ("README.md", "docs/runbooks.md", "CHANGELOG.md"),
+        ("docs/deployment.md", "runbooks.md", "../CHANGELOG.md"),
+    ] {
+        let targets = link_targets(&read(&repo().join(doc)));
+        let links_to = |file: &str| targets.iter().any(|t| t.split('#').next() == Some(file));
+        assert!(links_to(runbooks), "{doc} does not link {runbooks}");
+        assert!(links_to(changelog), "{doc} does not link {changelog}");
+    }
+}
+
+#[test]
+fn slugs_follow_github() {
+    assert_eq!(slug(" Webhook errors"), "webhook-errors");
+    assert_eq!(
+        slug(" `x509: certificate signed by unknown authority`"),
+        "x509-certificate-signed-by-unknown-authority"
+    );
+    assert_eq!(
+        slug(" Private clusters: the 8443 firewall rule"),
+        "private-clusters-the-8443-firewall-rule"
+    );
+    assert_eq!(slug(" Argo CD"), "argo-cd");
+    let repeated = anchors("# A\n## A\n```\n# A\n```\n### A\n");
+    assert_eq!(
+        repeated,
+        BTreeSet::from(["a".to_owned(), "a-1".to_owned(), "a-2".to_owned()])
+    );
+}
