@@ -15,6 +15,7 @@ mod fuzz_replay;
 mod max_unavailable_driver;
 mod review_cli;
 mod robustness;
+mod scale;
 mod serve_cluster;
 mod serve_tls;
 mod server_router;

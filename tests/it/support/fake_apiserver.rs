@@ -67,7 +67,7 @@ use tokio::sync::{broadcast, watch as signal};
 pub use request_log::RecordedRequest;
 pub use resources::ResourceType;
 pub use store::{ChangeKind, StoreChange, StoreView};
-pub use traffic::{ResourceTraffic, Verb, WatchSelector, WriteRecord};
+pub use traffic::{WatchSelector, WriteRecord};
 pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
 
 use request_log::{Fault, HoldRule, RequestLog};
