@@ -291,6 +291,8 @@ struct Run {
     cpu_total: f64,
     writes_first: Option<usize>,
     writes_steady_per_min: Option<f64>,
+    /// The same without the Lease renewals.
+    writes_steady_per_min_no_lease: Option<f64>,
     set_writes_first: Option<usize>,
     breakdown: BTreeMap<String, usize>,
 }
@@ -348,8 +350,6 @@ async fn bench_one(size: ScaleSize) -> Run {
         "stateful-admission",
         "--controller-identity",
         "scale-bench",
-        "--log-level",
-        "warn",
     ];
     args.extend(extra.iter().map(String::as_str));
     let origin = api.as_ref().map(FakeApiServer::uptime);
@@ -401,8 +401,16 @@ async fn bench_one(size: ScaleSize) -> Run {
                     .is_some_and(|r| std::ptr::eq(r, &resources::STATEFULSETS))
                 && !w.dry_run
         }));
+        let per_min = |n: usize| n as f64 * 60.0 / steady_window.as_secs_f64();
         let steady_writes = api.count_writes(|w| w.at >= first && w.at < steady);
-        run.writes_steady_per_min = Some(steady_writes as f64 * 60.0 / steady_window.as_secs_f64());
+        run.writes_steady_per_min = Some(per_min(steady_writes));
+        let lease_writes = api.count_writes(|w| {
+            w.at >= first
+                && w.at < steady
+                && w.resource
+                    .is_some_and(|r| std::ptr::eq(r, &resources::LEASES))
+        });
+        run.writes_steady_per_min_no_lease = Some(per_min(steady_writes - lease_writes));
         run.breakdown = by_target(api, |w| w.at < steady);
         let traffic: Vec<String> = api
             .traffic_by_resource()
@@ -426,7 +434,7 @@ async fn bench_one(size: ScaleSize) -> Run {
 async fn scale_benchmark() {
     let sizes = std::env::var("SCALE_SIZES").unwrap_or_else(|_| "small,large".to_owned());
     println!(
-        "| claims / sets | seed s | ready s | RSS at ready | RSS 90 s | peak RSS | CPU s to ready / total | writes first 90 s (to sets) | writes/min steady |"
+        "| claims / sets | seed s | ready s | RSS at ready | RSS 90 s | peak RSS | CPU s to ready / total | writes first 90 s (to sets) | writes/min steady (without Lease) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for name in sizes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -438,7 +446,7 @@ async fn scale_benchmark() {
         let run = bench_one(size).await;
         let opt = |v: Option<usize>| v.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
         println!(
-            "| {} / {} | {:.1} | {:.2} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} / {:.1} | {} ({}) | {} |",
+            "| {} / {} | {:.1} | {:.2} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} / {:.1} | {} ({}) | {} ({}) |",
             size.claims,
             size.sets,
             run.seed_secs,
@@ -451,6 +459,8 @@ async fn scale_benchmark() {
             opt(run.writes_first),
             opt(run.set_writes_first),
             run.writes_steady_per_min
+                .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}")),
+            run.writes_steady_per_min_no_lease
                 .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}")),
         );
         for (target, n) in &run.breakdown {

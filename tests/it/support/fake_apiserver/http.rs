@@ -91,7 +91,7 @@ async fn log_and_inject(
     };
     let path = parts.uri.path().to_owned();
     let query = parts.uri.query().unwrap_or("").to_owned();
-    let parts_user_agent = parts
+    let user_agent = parts
         .headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
@@ -134,7 +134,7 @@ async fn log_and_inject(
         &entry.method,
         &entry.path,
         &entry.query,
-        parts_user_agent.as_deref(),
+        user_agent.as_deref(),
         entry.code,
     );
     shared.log().push(entry);

@@ -241,8 +241,8 @@ fn parse_path(path: &str) -> PathAddress<'_> {
         _ => return PathAddress::default(),
     };
     let mut address = PathAddress::default();
+    // `/api/v1/namespaces/NAME` (two segments) is the namespace itself, the second arm.
     let plural = match rest {
-        // `/api/v1/namespaces/NAME` is the namespace itself.
         ["namespaces", ns, plural, tail @ ..] => {
             address.namespace = Some(*ns);
             address.name = tail.first().copied();
