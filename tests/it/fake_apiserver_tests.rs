@@ -247,7 +247,9 @@ async fn list_filters_by_label_and_field_selectors() {
         .list(&ListParams::default().limit(1))
         .await
         .expect("a limit is accepted");
-    assert_eq!(paged.items.len(), 3, "lists are one complete page");
+    assert_eq!(paged.items.len(), 1, "a limit pages the list");
+    assert_eq!(paged.metadata.remaining_item_count, Some(2));
+    assert!(paged.metadata.continue_.is_some_and(|c| !c.is_empty()));
 
     let bad = api_error(maps.list(&ListParams::default().fields("data.k=v")).await);
     assert_eq!((bad.code, bad.reason.as_str()), (400, "BadRequest"));
@@ -2095,4 +2097,406 @@ async fn admission_hooks_see_reviews_mutate_deny_warn_and_fail_by_policy() {
     let reviews = hook.reviews.lock().expect("reviews");
     assert_eq!(reviews[0]["request"]["dryRun"], true);
     assert_eq!(reviews[0]["request"]["options"]["dryRun"], json!(["All"]));
+}
+
+fn claim_object(namespace: &str, name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "db"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+}
+
+/// `n` claims over three namespaces, loaded without HTTP.
+fn seed_claims(api: &FakeApiServer, n: usize) {
+    let stored =
+        api.seed((0..n).map(|i| claim_object(&format!("ns-{}", i % 3), &format!("c-{i:05}"))));
+    assert_eq!(stored, n);
+}
+
+/// GETs a path of the fake server and returns the status and body.
+async fn raw_get(api: &FakeApiServer, path_and_query: &str) -> (u16, Value) {
+    let response = reqwest::get(format!("{}{path_and_query}", api.url()))
+        .await
+        .expect("request");
+    let code = response.status().as_u16();
+    (code, response.json().await.expect("json body"))
+}
+
+#[tokio::test]
+async fn watcher_pages_through_a_large_list_with_limit_and_continue() {
+    let api = FakeApiServer::start().await;
+    seed_claims(&api, 1_234);
+    // kube-runtime's watcher lists with limit=500 (kube drops resourceVersion=0 beside a
+    // limit), so 1,234 claims take a first page and two continued ones.
+    let (store, writer) = reflector::store();
+    tokio::spawn(
+        watcher(
+            Api::<PersistentVolumeClaim>::all(api.client()),
+            watcher::Config::default(),
+        )
+        .reflect(writer)
+        .for_each(|_| async {}),
+    );
+    eventually("the reflector holds every claim", || {
+        store.state().len() == 1_234
+    })
+    .await;
+    eventually("the watcher watches after its list", || {
+        api.traffic(&resources::PERSISTENT_VOLUME_CLAIMS)
+            .watches_open
+            == 1
+    })
+    .await;
+    let traffic = api.traffic(&resources::PERSISTENT_VOLUME_CLAIMS);
+    assert_eq!((traffic.lists, traffic.continued_pages), (1, 2));
+    assert_eq!(traffic.watches_opened, 1);
+    let lists: Vec<String> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/v1/persistentvolumeclaims" && !r.is_watch())
+        .map(|r| r.query)
+        .collect();
+    assert_eq!(lists.len(), 3);
+    assert!(lists[0].contains("limit=500") && !lists[0].contains("resourceVersion"));
+    assert!(lists[1].contains("continue=") && !lists[1].contains("resourceVersion"));
+}
+
+#[tokio::test]
+async fn continued_pages_come_from_the_first_page_snapshot() {
+    let api = FakeApiServer::start().await;
+    seed_claims(&api, 10);
+    let claims: Api<PersistentVolumeClaim> = Api::all(api.client());
+    let first = claims
+        .list(&ListParams::default().limit(4))
+        .await
+        .expect("first page");
+    let names = |list: &kube::core::ObjectList<PersistentVolumeClaim>| -> Vec<String> {
+        list.items.iter().map(ResourceExt::name_any).collect()
+    };
+    // Key order is namespace then name.
+    assert_eq!(names(&first), ["c-00000", "c-00003", "c-00006", "c-00009"]);
+    assert_eq!(first.metadata.remaining_item_count, Some(6));
+    let snapshot = first.metadata.resource_version.clone();
+
+    // Changes after the first page: a claim deleted, one added, one modified.
+    api.remove_object(&resources::PERSISTENT_VOLUME_CLAIMS, "ns-1", "c-00001");
+    api.put_object(claim_object("ns-1", "c-00002a"));
+    let mut changed = api
+        .get_object(&resources::PERSISTENT_VOLUME_CLAIMS, "ns-1", "c-00004")
+        .expect("stored");
+    changed["metadata"]["labels"]["app"] = json!("changed");
+    api.put_object(changed);
+
+    let mut pages = vec![names(&first)];
+    let mut token = first.metadata.continue_.clone();
+    while let Some(t) = token.filter(|t| !t.is_empty()) {
+        let page = claims
+            .list(&ListParams::default().limit(4).continue_token(&t))
+            .await
+            .expect("continued page");
+        assert_eq!(page.metadata.resource_version, snapshot, "one snapshot");
+        if let Some(c) = page.items.iter().find(|c| c.name_any() == "c-00004") {
+            assert_eq!(c.labels()["app"], "db", "the state at the snapshot");
+        }
+        pages.push(names(&page));
+        token = page.metadata.continue_.clone();
+    }
+    assert_eq!(
+        pages,
+        [
+            vec!["c-00000", "c-00003", "c-00006", "c-00009"],
+            vec!["c-00001", "c-00004", "c-00007", "c-00002"],
+            vec!["c-00005", "c-00008"],
+        ]
+    );
+    // A new list sees the changes.
+    let now = claims.list(&ListParams::default()).await.expect("list");
+    assert_eq!(now.items.len(), 10);
+    assert!(now.items.iter().any(|c| c.name_any() == "c-00002a"));
+}
+
+#[tokio::test]
+async fn an_expired_continue_is_410_with_a_token_to_go_on() {
+    let api = FakeApiServer::start().await;
+    seed_claims(&api, 6);
+    let claims: Api<PersistentVolumeClaim> = Api::all(api.client());
+    let first = claims
+        .list(&ListParams::default().limit(2))
+        .await
+        .expect("first page");
+    let token = first.metadata.continue_.clone().expect("a continue token");
+    // etcd compacted past the snapshot: the apiserver cannot serve the rest of it.
+    api.put_object(claim_object("ns-0", "late"));
+    api.compact_history();
+    let (code, status) = raw_get(
+        &api,
+        &format!("/api/v1/persistentvolumeclaims?limit=2&continue={token}"),
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (410, Some("Expired")));
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("The provided continue parameter is too old")),
+        "{status}"
+    );
+    let err = api_error(
+        claims
+            .list(&ListParams::default().limit(2).continue_token(&token))
+            .await,
+    );
+    assert_eq!((err.code, err.reason.as_str()), (410, "Expired"));
+    // The token in the Status goes on at the current revision, inconsistently: the claim
+    // created after the first page shows.
+    let inconsistent = status["metadata"]["continue"].as_str().expect("token");
+    let rest = claims
+        .list(&ListParams::default().continue_token(inconsistent))
+        .await
+        .expect("the rest");
+    let names: Vec<String> = rest.items.iter().map(ResourceExt::name_any).collect();
+    assert_eq!(names, ["late", "c-00001", "c-00004", "c-00002", "c-00005"]);
+    assert_eq!(
+        rest.metadata.resource_version,
+        Some(api.resource_version().to_string())
+    );
+
+    let (code, _) = raw_get(
+        &api,
+        &format!("/api/v1/persistentvolumeclaims?continue={token}&resourceVersion=5"),
+    )
+    .await;
+    assert_eq!(code, 400, "resourceVersion beside continue is refused");
+    let (code, _) = raw_get(
+        &api,
+        "/api/v1/persistentvolumeclaims?limit=2&continue=bm90IGEgdG9rZW4",
+    )
+    .await;
+    assert_eq!(code, 400, "a token that does not decode is refused");
+}
+
+#[tokio::test]
+async fn the_watch_cache_answers_resource_version_0_whole() {
+    let api = FakeApiServer::start().await;
+    seed_claims(&api, 5);
+    let (code, list) = raw_get(
+        &api,
+        "/api/v1/persistentvolumeclaims?limit=2&resourceVersion=0",
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(5));
+    assert!(list["metadata"].get("continue").is_none());
+    // An exact resourceVersion with a limit is paged from that revision.
+    let at = api.resource_version();
+    api.remove_object(&resources::PERSISTENT_VOLUME_CLAIMS, "ns-0", "c-00000");
+    let (code, list) = raw_get(
+        &api,
+        &format!(
+            "/api/v1/persistentvolumeclaims?limit=2&resourceVersion={at}&resourceVersionMatch=Exact"
+        ),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        list["items"][0]["metadata"]["name"], "c-00000",
+        "as it was at {at}"
+    );
+    assert_eq!(list["metadata"]["remainingItemCount"], 3);
+    // A label selector leaves the count out.
+    let (_, list) = raw_get(
+        &api,
+        "/api/v1/persistentvolumeclaims?limit=1&labelSelector=app%3Ddb",
+    )
+    .await;
+    assert!(list["metadata"]["continue"].is_string());
+    assert!(list["metadata"].get("remainingItemCount").is_none());
+}
+
+#[tokio::test]
+async fn a_lag_holds_back_the_kth_watch_only() {
+    let api = FakeApiServer::start().await;
+    let claims: Api<PersistentVolumeClaim> = Api::all(api.client());
+    let params = WatchParams::default();
+    let first = claims
+        .watch(&params, "0")
+        .await
+        .expect("first watch")
+        .boxed();
+    let second = claims
+        .watch(&params, "0")
+        .await
+        .expect("second watch")
+        .boxed();
+    let traffic = api.traffic(&resources::PERSISTENT_VOLUME_CLAIMS);
+    assert_eq!((traffic.watches_open, traffic.watches_opened), (2, 2));
+    let lag = Duration::from_millis(1500);
+    api.lag_watches(
+        &resources::PERSISTENT_VOLUME_CLAIMS,
+        crate::support::fake_apiserver::WatchSelector::Nth(2),
+        lag,
+    );
+    let committed = tokio::time::Instant::now();
+    api.put_object(claim_object("default", "late"));
+    let arrival = |mut stream: futures::stream::BoxStream<
+        'static,
+        kube::Result<WatchEvent<PersistentVolumeClaim>>,
+    >| async move {
+        loop {
+            match tokio::time::timeout(WAIT, stream.next()).await {
+                Ok(Some(Ok(WatchEvent::Added(c)))) if c.name_any() == "late" => {
+                    return (tokio::time::Instant::now(), stream);
+                }
+                Ok(Some(_)) => {}
+                other => panic!("no ADDED event: {other:?}"),
+            }
+        }
+    };
+    let ((fast, first), (slow, second)) = tokio::join!(arrival(first), arrival(second));
+    assert!(
+        fast - committed < lag,
+        "the first watch is not held back: {:?}",
+        fast - committed
+    );
+    assert!(
+        slow - committed >= lag,
+        "the second arrives after the lag: {:?}",
+        slow - committed
+    );
+    assert!(slow > fast);
+    api.clear_watch_lags();
+    drop((first, second));
+    eventually("dropped streams are no longer open", || {
+        api.traffic(&resources::PERSISTENT_VOLUME_CLAIMS)
+            .watches_open
+            == 0
+    })
+    .await;
+    assert_eq!(
+        api.traffic(&resources::PERSISTENT_VOLUME_CLAIMS)
+            .watches_opened,
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_lag_on_every_watch_of_a_resource_keeps_one_cache_behind() {
+    let api = FakeApiServer::start().await;
+    api.lag_watches(
+        &resources::PERSISTENT_VOLUME_CLAIMS,
+        crate::support::fake_apiserver::WatchSelector::Every,
+        Duration::from_millis(600),
+    );
+    let claims = claim_reflector(api.client());
+    let maps = reflector::store::Writer::<ConfigMap>::default();
+    let maps_reader = maps.as_reader();
+    tokio::spawn(
+        watcher(
+            Api::<ConfigMap>::all(api.client()),
+            watcher::Config::default(),
+        )
+        .reflect(maps)
+        .for_each(|_| async {}),
+    );
+    claims.wait_until_ready().await.expect("claims synced");
+    maps_reader.wait_until_ready().await.expect("maps synced");
+    api.put_object(claim_object("default", "after"));
+    api.put_object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after", "namespace": "default"}}));
+    eventually("the unlagged cache sees its change", || {
+        !maps_reader.state().is_empty()
+    })
+    .await;
+    assert!(
+        claims.state().is_empty(),
+        "the lagged cache is still behind"
+    );
+    eventually("the lagged cache catches up", || claims.state().len() == 1).await;
+}
+
+#[tokio::test]
+async fn writes_are_counted_by_resource_verb_and_field_manager() {
+    let api = FakeApiServer::start().await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(api.client());
+    let managed = PostParams {
+        field_manager: Some("tester".into()),
+        ..PostParams::default()
+    };
+    claims
+        .create(&managed, &pvc("a", "1Gi"))
+        .await
+        .expect("create");
+    let mark = api.uptime();
+    claims
+        .patch_status(
+            "a",
+            &PatchParams {
+                field_manager: Some("tester".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
+        )
+        .await
+        .expect("status patch");
+    claims
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &pvc("b", "1Gi"),
+        )
+        .await
+        .expect("dry run");
+    let _ = claims.get("a").await.expect("a read is no write");
+    let _ = api_error(claims.delete("missing", &DeleteParams::default()).await);
+    claims
+        .delete("a", &DeleteParams::default())
+        .await
+        .expect("delete");
+
+    let by_target = api.tally_writes(|w| {
+        Some((
+            w.target(),
+            w.verb.as_str(),
+            w.field_manager.as_deref().map(str::to_owned),
+        ))
+    });
+    let expected: BTreeMap<_, usize> = [
+        (
+            (
+                "persistentvolumeclaims".to_owned(),
+                "create",
+                Some("tester".to_owned()),
+            ),
+            1,
+        ),
+        (("persistentvolumeclaims".to_owned(), "create", None), 1),
+        (
+            (
+                "persistentvolumeclaims/status".to_owned(),
+                "patch",
+                Some("tester".to_owned()),
+            ),
+            1,
+        ),
+        (("persistentvolumeclaims".to_owned(), "delete", None), 2),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(by_target, expected);
+    assert_eq!(
+        api.count_writes(|w| w.succeeded()),
+        3,
+        "the dry run and the 404 changed nothing"
+    );
+    assert_eq!(
+        api.count_writes(|w| w.at >= mark),
+        4,
+        "a window from a mark"
+    );
+    let records = api.write_records();
+    assert_eq!(records.iter().filter(|w| w.dry_run).count(), 1);
+    assert_eq!(records.last().and_then(|w| w.name.as_deref()), Some("a"));
+    assert_eq!(
+        records.last().and_then(|w| w.namespace.as_deref()),
+        Some("default")
+    );
 }

@@ -18,6 +18,7 @@ mod max_unavailable_driver;
 mod monitoring;
 mod review_cli;
 mod robustness;
+mod scale;
 mod serve_cluster;
 mod serve_tls;
 mod server_router;

@@ -12,7 +12,7 @@ use crate::serve_tls::Served;
 use crate::support::controller::eventually;
 use crate::support::fake_apiserver::FakeApiServer;
 
-fn kubeconfig(api: &FakeApiServer) -> String {
+pub(crate) fn kubeconfig(api: &FakeApiServer) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\nusers:\n- name: fake\n  user: {{}}\ncurrent-context: fake\n",
         api.url()

@@ -116,6 +116,10 @@ impl Served {
         None
     }
 
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn logs(&self) -> Vec<String> {
         self.stderr.try_iter().collect()
     }

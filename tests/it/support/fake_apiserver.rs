@@ -13,8 +13,15 @@
 //!   uid, creationTimestamp, generation (statefulsets) and the registry's initial status;
 //! - list and watch with label and field selectors, bookmarks, `timeoutSeconds`,
 //!   `sendInitialEvents`, and a 410 Gone ERROR event for a resourceVersion older than the
-//!   retained history (capped at [`FakeApiConfig::watch_history_limit`]); `limit` and
-//!   `continue` are ignored: a list is always one complete page;
+//!   retained history (capped at [`FakeApiConfig::watch_history_limit`]);
+//! - paged lists ([`pagination`]): `limit` and `continue` with the apiserver's token, every
+//!   page read from the first page's snapshot, `remainingItemCount`, 410 `Expired` for a
+//!   continuation the retained history no longer reaches; `resourceVersion=0` is answered
+//!   whole, as the watch cache does;
+//! - accounting ([`traffic`]): watch streams open and opened and list requests per
+//!   resource, a compact record of every write (verb, resource, subresource, field manager,
+//!   user agent, code, time); and watch lag injection on chosen streams;
+//! - bulk seeding straight into the store ([`FakeApiServer::seed`]);
 //! - replace and patch (JSON patch, merge patch, strategic merge patch) with optimistic
 //!   concurrency on `metadata.resourceVersion`. Strategic merge merges lists by their patch
 //!   merge key only where [`strategic`] lists them (the webhook configurations' `webhooks`
@@ -52,12 +59,15 @@ mod apply;
 mod errors;
 mod http;
 pub mod managed_fields;
+mod pagination;
 mod registry;
 mod request_log;
 pub mod resources;
+mod seed;
 mod selectors;
 mod store;
 mod strategic;
+mod traffic;
 mod validation;
 mod watch;
 
@@ -72,6 +82,7 @@ use tokio::sync::{broadcast, watch as signal};
 pub use request_log::RecordedRequest;
 pub use resources::ResourceType;
 pub use store::{ChangeKind, StoreChange, StoreView};
+pub use traffic::{WatchSelector, WriteRecord};
 pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
 
 pub use admission::AdmissionHook;
@@ -123,6 +134,8 @@ struct Shared {
     holds: Mutex<Vec<HoldRule>>,
     /// Admission in the write path, in order.
     hooks: Mutex<Vec<Arc<dyn AdmissionHook>>>,
+    /// Watch and list counts, write records, watch lags.
+    traffic: traffic::Traffic,
     /// Becomes true on shutdown; every stream ends.
     shutdown: signal::Sender<bool>,
     /// Bumped to end every open watch (clients reconnect).
@@ -216,6 +229,7 @@ impl FakeApiServer {
             faults: Mutex::new(Vec::new()),
             holds: Mutex::new(Vec::new()),
             hooks: Mutex::new(Vec::new()),
+            traffic: traffic::Traffic::new(),
             shutdown: signal::channel(false).0,
             disconnect: signal::channel(0).0,
         });

@@ -8,4 +8,6 @@ pub mod controller;
 #[allow(dead_code)]
 pub mod fake_apiserver;
 #[allow(dead_code)]
+pub mod scale_cluster;
+#[allow(dead_code)]
 pub mod statefulset_sim;

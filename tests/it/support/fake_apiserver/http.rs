@@ -13,12 +13,13 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Shared;
 use super::admission::{self, UserInfo, WriteBody, WriteRequest};
 use super::apply;
 use super::errors::ApiError;
+use super::pagination::{self, ListRequest};
 use super::registry::{self, DeleteOptions, PatchKind, Target, Writer};
 use super::request_log::{RecordedRequest, take_fault, take_hold};
 use super::resources::ResourceType;
@@ -92,6 +93,11 @@ async fn log_and_inject(
     };
     let path = parts.uri.path().to_owned();
     let query = parts.uri.query().unwrap_or("").to_owned();
+    let user_agent = parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let mut entry = RecordedRequest {
         method: parts.method.to_string(),
         path,
@@ -126,6 +132,13 @@ async fn log_and_inject(
         }
     };
     entry.code = response.status().as_u16();
+    shared.traffic.record(
+        &entry.method,
+        &entry.path,
+        &entry.query,
+        user_agent.as_deref(),
+        entry.code,
+    );
     shared.log().push(entry);
     response
 }
@@ -145,6 +158,10 @@ struct Params {
     propagation_policy: Option<String>,
     field_manager: Option<String>,
     force: Option<String>,
+    limit: Option<String>,
+    #[serde(rename = "continue")]
+    continue_token: Option<String>,
+    resource_version_match: Option<String>,
 }
 
 /// The field manager of a write (`managerOrUserAgent`): `fieldManager`, else the product
@@ -288,29 +305,20 @@ async fn dispatch(
                 params.field_selector.as_deref(),
                 resource,
             )?;
-            let store = shared.store();
-            // Items carry no apiVersion/kind in a list, as from the real apiserver.
-            let items: Vec<Value> = store
-                .list(resource, address.namespace.as_deref())
-                .filter(|o| selection.matches(o))
-                .map(|o| {
-                    let mut item = o.clone();
-                    if let Some(map) = item.as_object_mut() {
-                        map.remove("apiVersion");
-                        map.remove("kind");
-                    }
-                    item
-                })
-                .collect();
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({
-                    "kind": format!("{}List", resource.kind),
-                    "apiVersion": resource.api_version(),
-                    "metadata": {"resourceVersion": store.revision().to_string()},
-                    "items": items,
-                }),
-            ))
+            let request = ListRequest {
+                resource,
+                namespace: address.namespace.as_deref(),
+                selection: &selection,
+                selective: [&params.label_selector, &params.field_selector]
+                    .iter()
+                    .any(|s| s.as_deref().is_some_and(|s| !s.is_empty())),
+                limit: params.limit.as_deref(),
+                continue_token: params.continue_token.as_deref(),
+                resource_version: params.resource_version.as_deref(),
+                resource_version_match: params.resource_version_match.as_deref(),
+            };
+            shared.traffic.listed(resource, request.is_continuation());
+            pagination::list(&shared.store(), &request)
         }
         (&Method::GET, Some(name)) => {
             let store = shared.store();

@@ -133,6 +133,30 @@ impl Store {
             .map(|(_, v)| v)
     }
 
+    /// Objects of a type in key order, optionally in one namespace, starting just after the
+    /// key `after` (namespace, name), with their namespace and name: a page of a list.
+    pub fn range<'a>(
+        &'a self,
+        resource: &ResourceType,
+        namespace: Option<&'a str>,
+        after: Option<(&str, &str)>,
+    ) -> impl Iterator<Item = (&'a str, &'a str, &'a Value)> + 'a {
+        use std::ops::Bound;
+        let id = resource.qualified_resource();
+        let start = match after {
+            Some((ns, name)) => Bound::Excluded((id.clone(), ns.to_owned(), name.to_owned())),
+            None => Bound::Included((
+                id.clone(),
+                namespace.unwrap_or("").to_owned(),
+                String::new(),
+            )),
+        };
+        self.objects
+            .range((start, Bound::Unbounded))
+            .take_while(move |((r, ns, _), _)| *r == id && namespace.is_none_or(|n| n == ns))
+            .map(|((_, ns, name), v)| (ns.as_str(), name.as_str(), v))
+    }
+
     /// All objects of every type, for the garbage collector's dependents scan.
     pub fn all(&self) -> impl Iterator<Item = &Value> {
         self.objects.values()

@@ -2,7 +2,6 @@
 //! history, with bookmarks, `timeoutSeconds`, `sendInitialEvents` and 410 Gone for a
 //! resourceVersion older than the retained history.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use super::errors::ApiError;
 use super::resources::ResourceType;
 use super::selectors::Selection;
 use super::store::{ChangeKind, StoreChange};
+use super::traffic::{self, WatchTicket};
 
 /// A parsed watch request.
 pub struct WatchRequest {
@@ -120,6 +120,7 @@ pub fn start(shared: &Arc<Shared>, request: WatchRequest) -> Result<Body, ApiErr
         (backlog, changes, revision)
     };
 
+    let ticket = WatchTicket::open(shared, request.resource);
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     let task = WatchTask {
         shared: Arc::clone(shared),
@@ -129,10 +130,7 @@ pub fn start(shared: &Arc<Shared>, request: WatchRequest) -> Result<Body, ApiErr
         last_sent: revision,
     };
     tokio::spawn(task.run(backlog, revision));
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|line| (Ok::<_, Infallible>(line), rx))
-    });
-    Ok(Body::from_stream(stream))
+    Ok(Body::from_stream(traffic::deliver(ticket, rx)))
 }
 
 struct WatchTask {
