@@ -9,6 +9,7 @@ mod controller_runtime;
 mod default_class_controller;
 mod e2e_cluster;
 mod fake_apiserver_tests;
+mod fake_apiserver_watch_lag;
 #[path = "../../fuzz/harness.rs"]
 mod fuzz_harness;
 mod fuzz_replay;

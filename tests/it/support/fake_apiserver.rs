@@ -45,6 +45,7 @@ mod store;
 mod strategic;
 mod validation;
 mod watch;
+mod watch_lag;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -61,6 +62,7 @@ pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
 
 use request_log::{Fault, HoldRule, RequestLog};
 use store::{Store, meta_str, metadata_mut, namespace_and_name, typed};
+use watch_lag::LagRule;
 
 /// Behaviour switches; all may also be changed while the server runs
 /// ([`FakeApiServer::configure`]).
@@ -105,6 +107,7 @@ struct Shared {
     log: Mutex<RequestLog>,
     faults: Mutex<Vec<Fault>>,
     holds: Mutex<Vec<HoldRule>>,
+    lags: Mutex<Vec<LagRule>>,
     /// Becomes true on shutdown; every stream ends.
     shutdown: signal::Sender<bool>,
     /// Bumped to end every open watch (clients reconnect).
@@ -135,6 +138,10 @@ impl Shared {
 
     fn holds(&self) -> MutexGuard<'_, Vec<HoldRule>> {
         lock(&self.holds)
+    }
+
+    fn lags(&self) -> MutexGuard<'_, Vec<LagRule>> {
+        lock(&self.lags)
     }
 }
 
@@ -193,6 +200,7 @@ impl FakeApiServer {
             config: Mutex::new(config),
             faults: Mutex::new(Vec::new()),
             holds: Mutex::new(Vec::new()),
+            lags: Mutex::new(Vec::new()),
             shutdown: signal::channel(false).0,
             disconnect: signal::channel(0).0,
         });
@@ -463,6 +471,17 @@ impl FakeApiServer {
             released,
         });
         Hold { arrived, release }
+    }
+
+    /// Delays the events of the next `times` watches whose path and query contain
+    /// `path_substring` by `lag` each (in order; lists are not delayed), as an apiserver
+    /// whose watch of one resource falls behind.
+    pub fn lag_next_watches(&self, path_substring: &str, lag: Duration, times: usize) {
+        self.shared.lags().push(LagRule {
+            path_substring: path_substring.to_owned(),
+            lag,
+            remaining: times,
+        });
     }
 }
 

@@ -23,6 +23,7 @@ use super::resources::ResourceType;
 use super::selectors::Selection;
 use super::store::meta_str;
 use super::watch::{self, WatchRequest};
+use super::watch_lag;
 
 /// The apiserver's default request body limit.
 const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -116,6 +117,10 @@ async fn log_and_inject(
         let _ = released.wait_for(|go| *go).await;
     }
     let injected = take_fault(&mut shared.faults(), parts.method.as_str(), &path_and_query);
+    let lag = entry
+        .is_watch()
+        .then(|| watch_lag::take_lag(&mut shared.lags(), &path_and_query))
+        .flatten();
     let response = match injected {
         Some(code) => ApiError::injected(code).into_response(),
         None => {
@@ -125,7 +130,10 @@ async fn log_and_inject(
     };
     entry.code = response.status().as_u16();
     shared.log().push(entry);
-    response
+    match lag {
+        Some(lag) => watch_lag::delay(response, lag),
+        None => response,
+    }
 }
 
 /// Query parameters the fake server reads; others are accepted and ignored.
