@@ -219,7 +219,7 @@ async fn start_view(
             let client = kube::Client::try_default()
                 .await
                 .context("no cluster configuration (kubeconfig or in-cluster); use --state FILE to run without a cluster")?;
-            let (view, driver) = watch::from_cluster(client.clone());
+            let (view, driver) = watch::from_cluster(client.clone(), None);
             let stop = stop.clone();
             tokio::spawn(async move {
                 tokio::select! {
