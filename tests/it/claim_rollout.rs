@@ -328,7 +328,15 @@ async fn a_size_increase_rolls_out_highest_ordinal_first_within_a_budget_of_two(
         10,
         "one event on the claim and one on the set per patch"
     );
-    assert!(!events(&api, "VolumeClaimRolloutComplete").is_empty());
+    // Published after the status write that the loop above saw.
+    assert!(
+        eventually(Duration::from_secs(5), || !events(
+            &api,
+            "VolumeClaimRolloutComplete"
+        )
+        .is_empty())
+        .await
+    );
     let metrics = controller.metrics();
     assert!(metrics.contains("claims_patched_total 5"), "{metrics}");
     assert!(
