@@ -84,7 +84,14 @@ impl Server {
         let stop_background = CancellationToken::new();
         let stop_controller = CancellationToken::new();
 
-        let (view, client) = start_view(&config.state, &readiness, &stop_background).await?;
+        let controller_namespace = config.controller.as_ref().map(|c| c.namespace.as_str());
+        let (view, client) = start_view(
+            &config.state,
+            controller_namespace,
+            &readiness,
+            &stop_background,
+        )
+        .await?;
         // The controller probes the maxUnavailable gate; the webhook reads the same cell.
         let mut max_unavailable_gate = GateCell::default();
         let controller = match (&config.controller, client) {
@@ -204,6 +211,7 @@ impl Server {
 
 async fn start_view(
     source: &StateSource,
+    controller_namespace: Option<&str>,
     readiness: &Arc<probes::Readiness>,
     stop: &CancellationToken,
 ) -> anyhow::Result<(ClusterView, Option<kube::Client>)> {
@@ -219,7 +227,7 @@ async fn start_view(
             let client = kube::Client::try_default()
                 .await
                 .context("no cluster configuration (kubeconfig or in-cluster); use --state FILE to run without a cluster")?;
-            let (view, driver) = watch::from_cluster(client.clone(), None);
+            let (view, driver) = watch::from_cluster(client.clone(), controller_namespace);
             let stop = stop.clone();
             tokio::spawn(async move {
                 tokio::select! {

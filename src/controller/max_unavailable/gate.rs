@@ -177,7 +177,7 @@ pub async fn run_gate_probe(ctx: Arc<Ctx>, stop: CancellationToken) {
         };
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = sweep.tick() => metrics.sweep(|ns, name| ctx.view.stateful_set(ns, name).is_some()),
+            _ = sweep.tick() => metrics.sweep(|ns, name| ctx.view.has_stateful_set(ns, name)),
             _ = probe_due => {
                 let wait = match probe(ctx.client.clone(), &ctx.config.namespace).await {
                     Ok(status) => {
