@@ -5,6 +5,7 @@
 pub mod builder;
 pub mod claim;
 pub mod field;
+pub mod gate;
 pub mod offline;
 pub mod set_claims;
 pub mod statefulset;
@@ -17,6 +18,7 @@ use kube::core::{DynamicObject, Status};
 
 use crate::cluster::ClusterView;
 pub use field::{BadValue, ErrorType, FieldError};
+pub use gate::GateCell;
 
 /// Which webhook is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
