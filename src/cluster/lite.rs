@@ -334,24 +334,18 @@ pub struct SetSpecLite {
     pub update_strategy: Option<StatefulSetUpdateStrategy>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_ready_seconds: Option<i32>,
-    #[serde(
-        default,
-        deserialize_with = "templates",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub volume_claim_templates: Option<Vec<PersistentVolumeClaim>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_claim_templates: Option<Vec<TemplateLite>>,
 }
 
-/// Claim templates whole, but for their status (which the apiserver keeps and nobody reads).
-fn templates<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<Vec<PersistentVolumeClaim>>, D::Error> {
-    let mut templates = Option::<Vec<PersistentVolumeClaim>>::deserialize(d)?;
-    for t in templates.iter_mut().flatten() {
-        t.status = None;
-        t.metadata.managed_fields = None;
-    }
-    Ok(templates)
+/// A claim template: its metadata and spec, whole; not its status (which the apiserver
+/// keeps and nobody reads) nor its type fields.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct TemplateLite {
+    #[serde(default, deserialize_with = "meta::<ClaimMeta, _>")]
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PersistentVolumeClaimSpec>,
 }
 
 lite_resource!(SetLite, StatefulSet);
@@ -660,10 +654,9 @@ mod tests {
                 "podManagementPolicy": "Parallel", "minReadySeconds": 5,
                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1, "maxUnavailable": "50%"}},
                 "volumeClaimTemplates": [
-                    {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                     "metadata": {"name": "data", "labels": {"a": "b"}, "annotations": {"c": "d"}},
+                    {"metadata": {"name": "data", "labels": {"a": "b"}, "annotations": {"c": "d"}},
                      "spec": {"storageClassName": "gold", "resources": {"requests": {"storage": "1Gi"}}}},
-                    {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "wal"}}
+                    {"metadata": {"name": "wal"}}
                 ]
             }, "status": {
                 "observedGeneration": 3, "replicas": 3, "readyReplicas": 2, "availableReplicas": 2,

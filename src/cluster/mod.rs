@@ -387,6 +387,18 @@ impl ClusterView {
         self.synced.clone().await
     }
 
+    /// Bytes of compact JSON held for a kind (for measurements); 0 for the kinds held typed
+    /// and for kinds not watched.
+    pub fn stored_json_bytes(&self, kind: Kind) -> usize {
+        match (kind, &self.controller) {
+            (Kind::StatefulSet, _) => self.stateful_sets.json_bytes(),
+            (Kind::Claim, _) => self.claims.json_bytes(),
+            (Kind::Pod, Some(c)) => c.pods.json_bytes(),
+            (Kind::Journal, Some(c)) => c.journals.json_bytes(),
+            _ => 0,
+        }
+    }
+
     /// Object counts, for logs and readiness.
     pub fn counts(&self) -> Vec<(&'static str, usize)> {
         let mut counts = vec![
