@@ -86,3 +86,34 @@ async fn a_stop_before_the_view_has_listed_ends_the_controller() {
     controller.stop().await;
     assert_eq!(holder(&api), None, "the lease is released");
 }
+
+/// Every feature reads the shared view, so a view that does not watch the controller's pods
+/// and journals (the webhook's alone, or another namespace's journals) is refused at once:
+/// the controller never leads on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_view_without_the_controllers_kinds_is_refused() {
+    let api = FakeApiServer::start().await;
+    for namespace in [None, Some("elsewhere")] {
+        let (view, driver) =
+            stateful_admission::cluster::watch::from_cluster(api.client(), namespace);
+        let driver = tokio::spawn(driver);
+        let mut registry = prometheus_client::registry::Registry::default();
+        let controller = stateful_admission::controller::Controller::new(
+            config("replica-a", no_features()),
+            &mut registry,
+        );
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            controller.run(api.client(), view, stop),
+        )
+        .await
+        .expect("returns at once");
+        driver.abort();
+    }
+    assert_eq!(holder(&api), None, "never took the Lease");
+    assert!(
+        api.requests().iter().all(|r| !r.path.contains("/leases")),
+        "never asked for it"
+    );
+}
