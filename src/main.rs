@@ -12,10 +12,10 @@ use clap::{Args, Parser, Subcommand};
 use stateful_admission::admission::offline::{self, Phases};
 use stateful_admission::admission::{Context, Phase, Policy};
 use stateful_admission::certs::{self, rotation::Lifetimes, self_managed::SelfManagedConfig};
-use stateful_admission::cluster::{ClusterView, state_file};
+use stateful_admission::cluster::{ClusterView, state_file, watch};
 use stateful_admission::controller::max_unavailable::{self, GateMode};
-use stateful_admission::controller::{ControllerConfig, Features};
-use stateful_admission::server::{ListenerLimits, ServeConfig, Server, StateSource, TlsSource};
+use stateful_admission::controller::{Controller, ControllerConfig, Features};
+use stateful_admission::server::{Companion, ListenerLimits, ServeConfig, Server, TlsSource};
 use stateful_admission::telemetry::{self, LogFormat};
 
 // jemalloc, returning freed memory to the system (see the module).
@@ -449,7 +449,6 @@ fn serve(args: ServeArgs) -> ExitCode {
         addr: args.addr,
         probe_addr: args.probe_addr,
         tls,
-        state: args.state.map_or(StateSource::Cluster, StateSource::File),
         policy: args.policy.policy(),
         cert_poll_interval: args.cert_poll_interval,
         shutdown_delay: args.shutdown_delay,
@@ -461,8 +460,8 @@ fn serve(args: ServeArgs) -> ExitCode {
             drain_timeout: args.shutdown_timeout,
             ..ListenerLimits::default()
         },
-        controller: args.controller.config(),
     };
+    let controller = args.controller.config();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(error) => {
@@ -470,7 +469,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(Server::new(config).run(shutdown_signal())) {
+    match runtime.block_on(run_serve(config, args.state, controller)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "serve failed");
@@ -478,6 +477,41 @@ fn serve(args: ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Where everything `serve` runs meets: the cluster view (one watch per kind, or the
+/// `--state` file), the companion controller on that view, and the webhook serving from it.
+async fn run_serve(
+    config: ServeConfig,
+    state: Option<PathBuf>,
+    controller: Option<ControllerConfig>,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let Some(path) = state else {
+        let client = stateful_admission::field_manager::client()
+            .await
+            .context("no cluster configuration (kubeconfig or in-cluster); use --state FILE to run without a cluster")?;
+        // Non-leading replicas keep the controller's kinds too: a takeover starts synced.
+        let namespace = controller.as_ref().map(|c| c.namespace.as_str());
+        let (view, driver) = watch::from_cluster(client.clone(), namespace);
+        tokio::spawn(driver);
+        let mut server = Server::new(config, view.clone());
+        if let Some(controller) = controller {
+            let controller = Controller::new(controller, server.registry());
+            // The controller probes the maxUnavailable gate; the webhook reads the same cell.
+            server = server.with_max_unavailable_gate(controller.max_unavailable_gate());
+            let stop = tokio_util::sync::CancellationToken::new();
+            let task = tokio::spawn(controller.run(client, view, stop.clone()));
+            server = server.with_companion(Companion { stop, task });
+        }
+        return server.run(shutdown_signal()).await;
+    };
+    let view = ClusterView::from_objects(state_file::load(&path)?);
+    tracing::info!(state = %path.display(), counts = ?view.counts(), "cluster state loaded from file");
+    if controller.is_some() {
+        tracing::info!("controller off: it needs a cluster, and state comes from a file");
+    }
+    Server::new(config, view).run(shutdown_signal()).await
 }
 
 /// SIGTERM (from the kubelet) or Ctrl-C.

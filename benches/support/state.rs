@@ -145,7 +145,7 @@ fn template(name: &str, storage: &str) -> Value {
     })
 }
 
-fn stateful_set(i: usize, size: Size) -> Value {
+pub fn stateful_set(i: usize, size: Size) -> Value {
     let name = set_name(i);
     json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -197,7 +197,7 @@ fn stateful_set(i: usize, size: Size) -> Value {
     })
 }
 
-fn claim(t: &str, set: usize, ordinal: usize, size: Size) -> Value {
+pub fn claim(t: &str, set: usize, ordinal: usize, size: Size) -> Value {
     let set_name = set_name(set);
     let name = format!("{t}-{set_name}-{ordinal}");
     let storage = match t {

@@ -5,6 +5,7 @@
 pub mod builder;
 pub mod claim;
 pub mod field;
+pub mod gate;
 pub mod offline;
 pub mod set_claims;
 pub mod statefulset;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use crate::cluster::ClusterView;
 use crate::names;
 pub use field::{BadValue, ErrorType, FieldError};
+pub use gate::GateCell;
 
 /// Which webhook is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

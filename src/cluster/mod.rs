@@ -1,14 +1,17 @@
-//! Read-only view of the cluster state the rules consult: StorageClasses, Namespaces,
-//! StatefulSets and PersistentVolumeClaims. Two sources fill it — kube reflectors
-//! ([`watch`]) or a `--state` file ([`state_file`]) — and the rules cannot tell them apart.
-//! Lookups are in-memory; the admission path never calls the API.
+//! Read-only view of the cluster state that the rules and the controller consult:
+//! StorageClasses, Namespaces, StatefulSets and PersistentVolumeClaims, and, when the
+//! controller runs, the Pods of StatefulSets and the controller's journals. Two sources fill
+//! it — one watch per kind ([`watch`]) or a `--state` file ([`state_file`]) — and its readers
+//! cannot tell them apart. Lookups are in-memory; the admission path never calls the API.
 //!
-//! Both sources pass every object through [`Trim`] on the way in: managedFields are dropped
-//! from all kinds, and a StatefulSet keeps only what its readers use; the pod template alone
-//! is most of a set.
+//! Objects are trimmed on arrival to what their readers use ([`lite`]), and the numerous kinds
+//! are held as compact JSON ([`store`]). After each change is applied, the view publishes it
+//! to its subscribers ([`feed`]), so a reader reacting to a change sees at least that change.
 
-pub mod claims;
+pub mod feed;
+pub mod lite;
 pub mod state_file;
+pub mod store;
 pub mod watch;
 
 use std::sync::Arc;
@@ -16,101 +19,194 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 
+pub use feed::{Change, Kind};
+use lite::{ClaimLite, JournalLite, PodLite, SetLite, Watched};
+use store::{Compact, CompactWriter};
+
 use crate::names;
 
-/// A cheap-to-clone handle on the four object caches.
+/// A cheap-to-clone handle on the view.
 #[derive(Clone)]
 pub struct ClusterView {
     storage_classes: Store<StorageClass>,
     namespaces: Store<Namespace>,
-    stateful_sets: Store<StatefulSet>,
-    claims: claims::ClaimCache,
+    stateful_sets: Compact<StatefulSet>,
+    claims: Compact<PersistentVolumeClaim>,
+    /// Present when the controller's kinds are watched.
+    controller: Option<ControllerKinds>,
+    feed: feed::Feed,
     synced: Synced,
 }
 
-/// Every cache's first complete list, awaited by one future that all waiters share.
+/// Pods of StatefulSets, and the journals in the controller's namespace.
+#[derive(Clone)]
+struct ControllerKinds {
+    pods: Compact<Pod>,
+    journals: Compact<ConfigMap>,
+    journal_namespace: Arc<str>,
+}
+
+/// Every store's first complete list, awaited by one future that all waiters share.
 /// kube-runtime's `Store::wait_until_ready` keeps the waker of the last task that polled it
 /// only, so of two tasks waiting on one store (readiness and the controller), one was never
 /// woken and the webhook never became ready.
 type Synced = Shared<BoxFuture<'static, Result<(), NotSynced>>>;
 
-/// The write side of a [`ClusterView`], owned by whichever source fills it.
+/// The write side of a [`ClusterView`], owned by whichever source fills it: one writer per
+/// kind, each applying its watch's events and publishing them to the view's feed.
 pub struct ClusterWriters {
-    pub storage_classes: Writer<StorageClass>,
-    pub namespaces: Writer<Namespace>,
-    pub stateful_sets: Writer<StatefulSet>,
-    pub claims: claims::ClaimWriter,
-    synced: Synced,
+    storage_classes: Writer<StorageClass>,
+    namespaces: Writer<Namespace>,
+    stateful_sets: CompactWriter<SetLite>,
+    claims: CompactWriter<ClaimLite>,
+    controller: Option<ControllerWriters>,
+    feed: feed::Feed,
+    view: ClusterView,
+}
+
+struct ControllerWriters {
+    pods: CompactWriter<PodLite>,
+    journals: CompactWriter<JournalLite>,
 }
 
 impl ClusterWriters {
+    /// Writers of the kinds the webhook reads.
     pub fn new() -> Self {
+        Self::build(None)
+    }
+
+    /// Writers of the webhook's kinds and the controller's: Pods of StatefulSets and the
+    /// journals in `journal_namespace`.
+    pub fn with_controller(journal_namespace: &str) -> Self {
+        Self::build(Some(journal_namespace))
+    }
+
+    fn build(journal_namespace: Option<&str>) -> Self {
         let storage_classes = Writer::default();
         let namespaces = Writer::default();
-        let stateful_sets = Writer::default();
-        let claims = claims::ClaimWriter::default();
+        let stateful_sets = CompactWriter::default();
+        let claims = CompactWriter::default();
+        let controller = journal_namespace.map(|_| ControllerWriters {
+            pods: CompactWriter::default(),
+            journals: CompactWriter::default(),
+        });
+        let feed = feed::Feed::default();
         let (classes_read, namespaces_read, sets_read, claims_read) = (
             storage_classes.as_reader(),
             namespaces.as_reader(),
             stateful_sets.as_reader(),
             claims.as_reader(),
         );
+        let controller_read = controller
+            .as_ref()
+            .map(|c| (c.pods.as_reader(), c.journals.as_reader()));
+        let waited = controller_read.clone();
         let synced = async move {
             let dropped = |_| NotSynced;
             classes_read.wait_until_ready().await.map_err(dropped)?;
             namespaces_read.wait_until_ready().await.map_err(dropped)?;
-            sets_read.wait_until_ready().await.map_err(dropped)?;
-            claims_read.wait_until_ready().await.map_err(|_| NotSynced)
+            sets_read.wait_until_ready().await.map_err(|_| NotSynced)?;
+            claims_read
+                .wait_until_ready()
+                .await
+                .map_err(|_| NotSynced)?;
+            if let Some((pods, journals)) = waited {
+                pods.wait_until_ready().await.map_err(|_| NotSynced)?;
+                journals.wait_until_ready().await.map_err(|_| NotSynced)?;
+            }
+            Ok(())
         }
         .boxed()
         .shared();
+        let view = ClusterView {
+            storage_classes: storage_classes.as_reader(),
+            namespaces: namespaces.as_reader(),
+            stateful_sets: stateful_sets.as_reader(),
+            claims: claims.as_reader(),
+            controller: controller_read.zip(journal_namespace).map(
+                |((pods, journals), namespace)| ControllerKinds {
+                    pods,
+                    journals,
+                    journal_namespace: namespace.into(),
+                },
+            ),
+            feed: feed.clone(),
+            synced,
+        };
         Self {
             storage_classes,
             namespaces,
             stateful_sets,
             claims,
-            synced,
+            controller,
+            feed,
+            view,
         }
     }
 
     pub fn view(&self) -> ClusterView {
-        ClusterView {
-            storage_classes: self.storage_classes.as_reader(),
-            namespaces: self.namespaces.as_reader(),
-            stateful_sets: self.stateful_sets.as_reader(),
-            claims: self.claims.as_reader(),
-            synced: self.synced.clone(),
+        self.view.clone()
+    }
+
+    /// Applies one event of a StorageClass watch, then publishes it.
+    pub fn apply_storage_class(&mut self, event: watcher::Event<StorageClass>) {
+        apply(&mut self.storage_classes, &self.feed, event);
+    }
+
+    /// Applies one event of a Namespace watch, then publishes it.
+    pub fn apply_namespace(&mut self, event: watcher::Event<Namespace>) {
+        apply(&mut self.namespaces, &self.feed, event);
+    }
+
+    /// Applies one event of a StatefulSet watch, then publishes it.
+    pub fn apply_stateful_set(&mut self, event: watcher::Event<SetLite>) {
+        apply(&mut self.stateful_sets, &self.feed, event);
+    }
+
+    /// Applies one event of a claim watch, then publishes it.
+    pub fn apply_claim(&mut self, event: watcher::Event<ClaimLite>) {
+        apply(&mut self.claims, &self.feed, event);
+    }
+
+    /// Applies one event of a pod watch, then publishes it (ignored without the
+    /// controller's kinds).
+    pub fn apply_pod(&mut self, event: watcher::Event<PodLite>) {
+        if let Some(c) = &mut self.controller {
+            apply(&mut c.pods, &self.feed, event);
         }
     }
 
-    /// Replaces the whole content with `objects` and marks every cache synced.
+    /// Applies one event of a journal watch, then publishes it (ignored without the
+    /// controller's kinds).
+    pub fn apply_journal(&mut self, event: watcher::Event<JournalLite>) {
+        if let Some(c) = &mut self.controller {
+            apply(&mut c.journals, &self.feed, event);
+        }
+    }
+
+    /// Replaces the whole content of the webhook's kinds with `objects` and marks them
+    /// synced (the controller's kinds, if any, are left as they are).
     pub fn replace_all(&mut self, objects: ClusterObjects) {
-        fn load<K: Trim>(mut apply: impl FnMut(&watcher::Event<K>), items: Vec<K>) {
-            apply(&watcher::Event::Init);
-            for mut item in items {
-                item.trim();
-                apply(&watcher::Event::InitApply(item));
+        fn load<K: Watched>(sink: &mut impl Sink<K>, feed: &feed::Feed, items: Vec<K>) {
+            apply(sink, feed, watcher::Event::Init);
+            for item in items {
+                apply(sink, feed, watcher::Event::InitApply(item));
             }
-            apply(&watcher::Event::InitDone);
+            apply(sink, feed, watcher::Event::InitDone);
         }
         load(
-            |e| self.storage_classes.apply_watcher_event(e),
+            &mut self.storage_classes,
+            &self.feed,
             objects.storage_classes,
         );
-        load(
-            |e| self.namespaces.apply_watcher_event(e),
-            objects.namespaces,
-        );
-        load(
-            |e| self.stateful_sets.apply_watcher_event(e),
-            objects.stateful_sets,
-        );
-        load(|e| self.claims.apply_watcher_event(e), objects.claims);
+        load(&mut self.namespaces, &self.feed, objects.namespaces);
+        load(&mut self.stateful_sets, &self.feed, objects.stateful_sets);
+        load(&mut self.claims, &self.feed, objects.claims);
     }
 }
 
@@ -120,84 +216,55 @@ impl Default for ClusterWriters {
     }
 }
 
-/// A cache of the view was dropped before it was filled.
+/// Where a watch's events go: a store of the view.
+trait Sink<K> {
+    fn apply_event(&mut self, event: &watcher::Event<K>);
+}
+
+impl<K: Watched> Sink<K> for Writer<K> {
+    fn apply_event(&mut self, event: &watcher::Event<K>) {
+        self.apply_watcher_event(event);
+    }
+}
+
+impl<L: lite::Lite> Sink<L> for CompactWriter<L> {
+    fn apply_event(&mut self, event: &watcher::Event<L>) {
+        self.apply(event);
+    }
+}
+
+/// Trims the event's object, applies the event to its store, then publishes the change: in
+/// this order, so that a subscriber never reads a view older than the change it was told.
+fn apply<K: Watched>(sink: &mut impl Sink<K>, feed: &feed::Feed, mut event: watcher::Event<K>) {
+    if let watcher::Event::Apply(object)
+    | watcher::Event::InitApply(object)
+    | watcher::Event::Delete(object) = &mut event
+    {
+        object.trim();
+    }
+    sink.apply_event(&event);
+    match &event {
+        watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+            feed.publish(|| object.change());
+        }
+        watcher::Event::InitDone => feed.publish(|| Change::Relisted(K::KIND)),
+        watcher::Event::Init | watcher::Event::InitApply(_) => {}
+    }
+}
+
+/// A store of the view was dropped before it was filled.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("a cache of the cluster view was dropped before it was filled")]
+#[error("a store of the cluster view was dropped before it was filled")]
 pub struct NotSynced;
 
-/// What the view keeps of an object of its kind: `trim` drops what no reader of the view
-/// uses, before the object is cached.
-pub trait Trim {
-    fn trim(&mut self);
-}
-
-impl Trim for StorageClass {
-    fn trim(&mut self) {
-        self.metadata.managed_fields = None;
-    }
-}
-
-impl Trim for Namespace {
-    fn trim(&mut self) {
-        self.metadata.managed_fields = None;
-    }
-}
-
-impl Trim for PersistentVolumeClaim {
-    /// Claims are read whole (the claim controller compares labels, annotations, spec and
-    /// status with the templates), so only managedFields go.
-    fn trim(&mut self) {
-        self.metadata.managed_fields = None;
-    }
-}
-
-/// The view's readers of a StatefulSet are the claim rules (which set owns a claim name, the
-/// live and the desired templates: its claim templates and its `stateful-admission.io/`
-/// annotations) and the controller's existence checks (the controller keeps whole sets in its
-/// own cache). So a cached set keeps its identity (name, namespace, uid, resourceVersion,
-/// generation), the project's annotations, replicas, ordinals and its claim templates (without
-/// their status). Everything else (pod template, selector, strategy, status, other annotations
-/// and labels) is dropped.
-impl Trim for StatefulSet {
-    fn trim(&mut self) {
-        let meta = &mut self.metadata;
-        meta.managed_fields = None;
-        meta.labels = None;
-        meta.owner_references = None;
-        meta.finalizers = None;
-        meta.annotations = meta
-            .annotations
-            .take()
-            .map(|a| {
-                a.into_iter()
-                    .filter(|(k, _)| k.starts_with(names::PREFIX))
-                    .collect::<std::collections::BTreeMap<_, _>>()
-            })
-            .filter(|a| !a.is_empty());
-        let spec = std::mem::take(&mut self.spec);
-        self.spec = k8s_openapi::api::apps::v1::StatefulSetSpec {
-            replicas: spec.replicas,
-            ordinals: spec.ordinals,
-            service_name: spec.service_name,
-            volume_claim_templates: spec.volume_claim_templates.map(|mut templates| {
-                for t in &mut templates {
-                    t.status = None;
-                }
-                templates
-            }),
-            ..Default::default()
-        };
-        self.status = None;
-    }
-}
-
-/// Objects of the four kinds, as loaded from a file or built in a test.
+/// Objects of the webhook's four kinds, as loaded from a file or built in a test, already
+/// trimmed to what the view keeps.
 #[derive(Debug, Default, Clone)]
 pub struct ClusterObjects {
     pub storage_classes: Vec<StorageClass>,
     pub namespaces: Vec<Namespace>,
-    pub stateful_sets: Vec<StatefulSet>,
-    pub claims: Vec<PersistentVolumeClaim>,
+    pub stateful_sets: Vec<SetLite>,
+    pub claims: Vec<ClaimLite>,
 }
 
 impl ClusterView {
@@ -234,27 +301,67 @@ impl ClusterView {
         self.namespaces.get(&ObjectRef::new(name))
     }
 
+    /// A StatefulSet (decoded on every call).
     pub fn stateful_set(&self, namespace: &str, name: &str) -> Option<Arc<StatefulSet>> {
-        self.stateful_sets
-            .get(&ObjectRef::new(name).within(namespace))
+        self.stateful_sets.get(namespace, name)
     }
 
-    pub fn stateful_sets(&self) -> Vec<Arc<StatefulSet>> {
-        self.stateful_sets.state()
+    /// Whether the view holds the StatefulSet (nothing is decoded).
+    pub fn has_stateful_set(&self, namespace: &str, name: &str) -> bool {
+        self.stateful_sets.contains(namespace, name)
     }
 
-    /// A cached claim (decoded from the claim cache on every call).
+    /// `(namespace, name)` of every StatefulSet.
+    pub fn stateful_set_keys(&self) -> Vec<(String, String)> {
+        self.stateful_sets.keys()
+    }
+
+    /// Names of the StatefulSets of `namespace`.
+    pub fn stateful_sets_in(&self, namespace: &str) -> Vec<String> {
+        self.stateful_sets.names_in(namespace)
+    }
+
+    /// A claim (decoded on every call).
     pub fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
         self.claims.get(namespace, name)
     }
 
-    /// The cached claims of `namespace` whose name passes `wanted` (only those are decoded).
+    /// The claims of `namespace` whose name passes `wanted` (only those are decoded).
     pub fn claims_in(
         &self,
         namespace: &str,
         wanted: impl Fn(&str) -> bool,
     ) -> Vec<Arc<PersistentVolumeClaim>> {
         self.claims.in_namespace(namespace, wanted)
+    }
+
+    /// `(namespace, name)` of every claim.
+    pub fn claim_keys(&self) -> Vec<(String, String)> {
+        self.claims.keys()
+    }
+
+    /// A pod of a StatefulSet (decoded on every call); `None` also when the view does not
+    /// hold pods (see [`Self::holds_controller_kinds`]).
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.controller.as_ref()?.pods.get(namespace, name)
+    }
+
+    /// A journal of the controller's namespace by name.
+    pub fn journal(&self, name: &str) -> Option<Arc<ConfigMap>> {
+        let c = self.controller.as_ref()?;
+        c.journals.get(&c.journal_namespace, name)
+    }
+
+    /// Every journal (they are few: one per convergence in flight).
+    pub fn journals(&self) -> Vec<Arc<ConfigMap>> {
+        self.controller
+            .as_ref()
+            .map_or_else(Vec::new, |c| c.journals.all())
+    }
+
+    /// The namespace whose journals the view holds, when it holds the controller's kinds.
+    pub fn journal_namespace(&self) -> Option<&str> {
+        self.controller.as_ref().map(|c| &*c.journal_namespace)
     }
 
     /// Whether the namespace opted out with the label `stateful-admission.io/ignore: "true"`.
@@ -268,20 +375,43 @@ impl ClusterView {
         })
     }
 
-    /// Resolves once every cache has seen its initial list; an error when a cache's writer
+    /// Every change applied from now on, in order; each after it is visible in the view.
+    /// Nothing is kept for a receiver that is dropped.
+    pub fn subscribe(&self) -> tokio::sync::mpsc::UnboundedReceiver<Change> {
+        self.feed.subscribe()
+    }
+
+    /// Resolves once every store has seen its initial list; an error when a store's writer
     /// went away first.
     pub async fn wait_synced(&self) -> Result<(), NotSynced> {
         self.synced.clone().await
     }
 
+    /// Bytes of compact JSON held for a kind (for measurements); 0 for the kinds held typed
+    /// and for kinds not watched.
+    pub fn stored_json_bytes(&self, kind: Kind) -> usize {
+        match (kind, &self.controller) {
+            (Kind::StatefulSet, _) => self.stateful_sets.json_bytes(),
+            (Kind::Claim, _) => self.claims.json_bytes(),
+            (Kind::Pod, Some(c)) => c.pods.json_bytes(),
+            (Kind::Journal, Some(c)) => c.journals.json_bytes(),
+            _ => 0,
+        }
+    }
+
     /// Object counts, for logs and readiness.
-    pub fn counts(&self) -> [(&'static str, usize); 4] {
-        [
+    pub fn counts(&self) -> Vec<(&'static str, usize)> {
+        let mut counts = vec![
             ("storageclasses", self.storage_classes.len()),
             ("namespaces", self.namespaces.len()),
             ("statefulsets", self.stateful_sets.len()),
             ("persistentvolumeclaims", self.claims.len()),
-        ]
+        ];
+        if let Some(c) = &self.controller {
+            counts.push(("pods", c.pods.len()));
+            counts.push(("journals", c.journals.len()));
+        }
+        counts
     }
 }
 
@@ -366,13 +496,118 @@ mod tests {
                 }
             }, "spec": {
                 "replicas": 3, "ordinals": {"start": 2}, "serviceName": "db",
-                "selector": {}, "template": {},
+                "selector": {}, "template": {}, "updateStrategy": {"type": "OnDelete"},
                 "volumeClaimTemplates": [
                     {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "labels": {"a": "b"}},
                      "spec": {"resources": {"requests": {"storage": "1Gi"}}}},
                     {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "wal"}}
                 ]
-            }})
+            }, "status": {"replicas": 3}})
         );
+        assert!(view.has_stateful_set("team", "db"));
+        assert_eq!(view.stateful_sets_in("team"), ["db"]);
+    }
+
+    fn claim_at(version: usize) -> lite::ClaimLite {
+        serde_json::from_value(
+            json!({"metadata": {"name": "data-db-0", "namespace": "team",
+            "resourceVersion": version.to_string()}}),
+        )
+        .expect("a claim")
+    }
+
+    #[test]
+    fn a_change_is_published_after_the_view_shows_it() {
+        let mut writers = ClusterWriters::new();
+        let view = writers.view();
+        let mut changes = view.subscribe();
+        const UPDATES: usize = 2000;
+        // A reader on another thread: at every change it is told of, the view already shows
+        // at least that change.
+        let reader = std::thread::spawn(move || {
+            for seen in 1..=UPDATES {
+                let change = changes.blocking_recv().expect("a change");
+                assert_eq!(
+                    change,
+                    Change::Claim {
+                        namespace: "team".into(),
+                        name: "data-db-0".into()
+                    }
+                );
+                let version: usize = view
+                    .claim("team", "data-db-0")
+                    .and_then(|c| c.metadata.resource_version.clone())
+                    .and_then(|v| v.parse().ok())
+                    .expect("the claim is in the view when its change arrives");
+                assert!(
+                    version >= seen,
+                    "change {seen} arrived before the view had it: {version}"
+                );
+            }
+        });
+        for version in 1..=UPDATES {
+            writers.apply_claim(watcher::Event::Apply(claim_at(version)));
+        }
+        reader
+            .join()
+            .expect("the reader saw every change after the view had it");
+    }
+
+    #[test]
+    fn lists_publish_once_when_complete_and_deletes_name_what_went() {
+        let mut writers = ClusterWriters::with_controller("sa");
+        let view = writers.view();
+        let mut changes = view.subscribe();
+        writers.apply_claim(watcher::Event::Init);
+        writers.apply_claim(watcher::Event::InitApply(claim_at(1)));
+        assert!(changes.try_recv().is_err(), "nothing while a list comes in");
+        writers.apply_claim(watcher::Event::InitDone);
+        assert_eq!(changes.try_recv().ok(), Some(Change::Relisted(Kind::Claim)));
+        let pod: lite::PodLite = serde_json::from_value(json!({"metadata": {"name": "db-0", "namespace": "team",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u", "controller": true}]}}))
+            .expect("a pod");
+        writers.apply_pod(watcher::Event::Apply(pod.clone()));
+        assert!(view.pod("team", "db-0").is_some());
+        writers.apply_pod(watcher::Event::Delete(pod));
+        assert!(view.pod("team", "db-0").is_none());
+        let gone = Change::Pod {
+            namespace: "team".into(),
+            name: "db-0".into(),
+            owner: Some("db".into()),
+        };
+        assert_eq!(changes.try_recv().ok(), Some(gone.clone()));
+        assert_eq!(changes.try_recv().ok(), Some(gone));
+        // Without a subscriber nothing is kept.
+        drop(changes);
+        writers.apply_claim(watcher::Event::Apply(claim_at(2)));
+        assert_eq!(view.feed.subscriber_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_view_is_synced_when_every_watched_kind_listed() {
+        let mut writers = ClusterWriters::with_controller("sa");
+        let view = writers.view();
+        assert_eq!(view.journal_namespace(), Some("sa"));
+        writers.replace_all(ClusterObjects::default());
+        let not_yet =
+            tokio::time::timeout(std::time::Duration::from_millis(50), view.wait_synced()).await;
+        assert!(not_yet.is_err(), "pods and journals have not listed yet");
+        writers.apply_pod(watcher::Event::Init);
+        writers.apply_pod(watcher::Event::InitDone);
+        writers.apply_journal(watcher::Event::Init);
+        writers.apply_journal(watcher::Event::InitDone);
+        assert!(view.wait_synced().await.is_ok());
+        assert_eq!(
+            view.counts(),
+            [
+                ("storageclasses", 0),
+                ("namespaces", 0),
+                ("statefulsets", 0),
+                ("persistentvolumeclaims", 0),
+                ("pods", 0),
+                ("journals", 0)
+            ]
+        );
+        assert_eq!(ClusterView::empty().journal_namespace(), None);
     }
 }

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::ClusterObjects;
@@ -149,7 +148,7 @@ pub fn objects_from_values(
 }
 
 fn add(out: &mut ClusterObjects, mut item: Value) -> Result<(), String> {
-    // Before decoding, so that they are never built (`decode` trims the rest).
+    // Before decoding, so that the typed kinds never build them (the lite kinds skip them).
     if let Some(metadata) = item.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("managedFields");
     }
@@ -180,9 +179,9 @@ fn add(out: &mut ClusterObjects, mut item: Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Decodes one object and trims it at once (as the reflectors do), so that what is dropped is
-/// freed before the next object is read and its memory is reused.
-fn decode<K: DeserializeOwned + super::Trim>(item: Value) -> Result<K, serde_json::Error> {
+/// Decodes one object as the watches do (its lite type, or its typed kind trimmed at once),
+/// so that what is dropped is freed before the next object is read and its memory is reused.
+fn decode<K: super::lite::Watched>(item: Value) -> Result<K, serde_json::Error> {
     let mut object: K = serde_json::from_value(item)?;
     object.trim();
     Ok(object)

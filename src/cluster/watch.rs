@@ -1,65 +1,99 @@
-//! Fills a [`ClusterView`](super::ClusterView) from the API with one reflector per kind.
-//! Objects are trimmed on the way in ([`super::Trim`]): managedFields everywhere, and all a
-//! StatefulSet's readers do not use.
+//! Fills a [`ClusterView`](super::ClusterView) from the API: the process's only watches,
+//! one per kind. StorageClasses, Namespaces, StatefulSets and PersistentVolumeClaims always
+//! (the webhook reads them); with the controller also the Pods of StatefulSets (those with
+//! the `statefulset.kubernetes.io/pod-name` label) and the journals in the controller's
+//! namespace. Every replica keeps them, leader or not, so a takeover starts from a synced
+//! view. (The controller's Lease is not watched: leader election reads and renews it with
+//! GET and replace, as client-go's does.)
+//!
+//! Each watch decodes its kind's lite type ([`super::lite`]), so what no reader uses is
+//! skipped while decoding; the initial list comes in pages, so the memory it passes through
+//! stays near one page of full objects. Each event is applied to its store, then published
+//! to the view's feed, in the watch's own task.
 
-use futures::{StreamExt, future::BoxFuture};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::{Api, Client};
 
-use super::{ClusterView, ClusterWriters, Trim};
+use super::lite::{ClaimLite, JournalLite, PodLite, SetLite, Watched};
+use super::{ClusterView, ClusterWriters, Sink, apply, feed::Feed};
+use crate::names;
 
-/// Starts watching; returns the view and the future that drives the reflectors (run it on
-/// the runtime for as long as the view is used).
-pub fn from_cluster(client: Client) -> (ClusterView, BoxFuture<'static, ()>) {
-    let writers = ClusterWriters::new();
+/// Objects per page of an initial list (the apiserver's own default chunk for kubectl and
+/// client-go informers is 500 too).
+pub const PAGE_SIZE: u32 = 500;
+
+/// Starts watching the webhook's kinds, and the controller's when `controller_namespace`
+/// (where its journals live) is given; returns the view and the future that drives the
+/// watches (run it for as long as the view is used).
+pub fn from_cluster(
+    client: Client,
+    controller_namespace: Option<&str>,
+) -> (ClusterView, BoxFuture<'static, ()>) {
+    let writers = match controller_namespace {
+        Some(namespace) => ClusterWriters::with_controller(namespace),
+        None => ClusterWriters::new(),
+    };
     let view = writers.view();
     let ClusterWriters {
-        mut storage_classes,
-        mut namespaces,
-        mut stateful_sets,
-        mut claims,
+        storage_classes,
+        namespaces,
+        stateful_sets,
+        claims,
+        controller,
+        feed,
         ..
     } = writers;
-    let driver = futures::future::join4(
-        run::<StorageClass>(Api::all(client.clone()), move |e| {
-            storage_classes.apply_watcher_event(e)
-        }),
-        run::<Namespace>(Api::all(client.clone()), move |e| {
-            namespaces.apply_watcher_event(e)
-        }),
-        run::<StatefulSet>(Api::all(client.clone()), move |e| {
-            stateful_sets.apply_watcher_event(e)
-        }),
-        run::<PersistentVolumeClaim>(Api::all(client), move |e| claims.apply_watcher_event(e)),
-    );
-    (
-        view,
-        Box::pin(async move {
-            driver.await;
-        }),
-    )
+    let mut watches = vec![
+        run::<StorageClass>(Api::all(client.clone()), config(), storage_classes, &feed),
+        run::<Namespace>(Api::all(client.clone()), config(), namespaces, &feed),
+        run::<SetLite>(Api::all(client.clone()), config(), stateful_sets, &feed),
+        run::<ClaimLite>(Api::all(client.clone()), config(), claims, &feed),
+    ];
+    if let (Some(writers), Some(namespace)) = (controller, controller_namespace) {
+        watches.push(run::<PodLite>(
+            Api::all(client.clone()),
+            config().labels(names::POD_NAME_LABEL),
+            writers.pods,
+            &feed,
+        ));
+        watches.push(run::<JournalLite>(
+            Api::namespaced(client, namespace),
+            config().labels(names::JOURNAL_LABEL),
+            writers.journals,
+            &feed,
+        ));
+    }
+    let driver = futures::future::join_all(watches).map(|_| ()).boxed();
+    (view, driver)
 }
 
-/// Watches one kind and hands every event to its cache, as a kube reflector does.
-async fn run<K>(api: Api<K>, mut apply: impl FnMut(&watcher::Event<K>))
-where
-    K: Trim + Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let kind = K::kind(&K::DynamicType::default()).into_owned();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(|object: &mut K| object.trim());
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(event) => apply(&event),
-            // The watcher retries with backoff; the cache keeps serving the last state.
-            Err(error) => tracing::warn!(%kind, %error, "watch error"),
+fn config() -> watcher::Config {
+    watcher::Config::default().page_size(PAGE_SIZE)
+}
+
+/// Watches one kind and hands every event to its store and then to the feed.
+fn run<K: Watched>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut sink: impl Sink<K> + Send + 'static,
+    feed: &Feed,
+) -> BoxFuture<'static, ()> {
+    let feed = feed.clone();
+    async move {
+        let kind = K::kind(&()).into_owned();
+        let stream = watcher(api, config).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => apply(&mut sink, &feed, event),
+                // The watcher retries with backoff; the store keeps serving the last state.
+                Err(error) => tracing::warn!(%kind, %error, "watch error"),
+            }
         }
     }
+    .boxed()
 }

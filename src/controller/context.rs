@@ -1,16 +1,12 @@
-//! What every feature shares: the client, caches, event recorder, metrics, and a snapshot of
-//! one StatefulSet's world gathered from the caches.
+//! What every feature shares: the client, the cluster view, event recorder, metrics, and a
+//! snapshot of one StatefulSet's world gathered from the view.
 
 use std::sync::Arc;
 
-use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, PersistentVolumeClaim, Pod};
 use kube::runtime::events::{Event, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
-use tokio_util::sync::CancellationToken;
+use kube::{Client, Resource};
 
 use super::ControllerConfig;
 use super::metrics::ControllerMetrics;
@@ -67,22 +63,13 @@ impl Expectations {
 pub struct Ctx {
     pub client: Client,
     pub config: ControllerConfig,
-    /// StatefulSets, claims, StorageClasses and Namespaces (shared with the webhook).
+    /// Everything the controller reads: StatefulSets, claims, StorageClasses, Namespaces,
+    /// Pods of StatefulSets and the journals (shared with the webhook).
     pub view: ClusterView,
-    /// Pods of StatefulSets (selected by the pod-name label).
-    pub pods: Store<Pod>,
-    /// Convergence journals in the controller's namespace.
-    pub journals: Store<ConfigMap>,
     pub recorder: Recorder,
     pub metrics: Arc<ControllerMetrics>,
-    /// Our writes the caches have not caught up with.
+    /// Our writes the view has not caught up with.
     pub expectations: Expectations,
-    writers: std::sync::Mutex<
-        Option<(
-            reflector::store::Writer<Pod>,
-            reflector::store::Writer<ConfigMap>,
-        )>,
-    >,
 }
 
 impl Ctx {
@@ -92,8 +79,6 @@ impl Ctx {
         view: ClusterView,
         metrics: Arc<ControllerMetrics>,
     ) -> Self {
-        let pods_writer = reflector::store::Writer::default();
-        let journals_writer = reflector::store::Writer::default();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -102,61 +87,13 @@ impl Ctx {
             },
         );
         Self {
-            pods: pods_writer.as_reader(),
-            journals: journals_writer.as_reader(),
             client,
             config,
             view,
             recorder,
             metrics,
             expectations: Expectations::default(),
-            writers: std::sync::Mutex::new(Some((pods_writer, journals_writer))),
         }
-    }
-
-    /// Starts the controller's own caches (pods, journals); resolves to whether they and
-    /// the shared view synced.
-    pub async fn start_caches(self: Arc<Self>, stop: CancellationToken) -> bool {
-        let writers = self
-            .writers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let Some((pods_writer, journals_writer)) = writers else {
-            return false;
-        };
-        let pods = watcher(
-            Api::<Pod>::all(self.client.clone()),
-            watcher::Config::default().labels(names::POD_NAME_LABEL),
-        )
-        .default_backoff()
-        .modify(|p: &mut Pod| p.metadata.managed_fields = None);
-        let journals = watcher(
-            Api::<ConfigMap>::namespaced(self.client.clone(), &self.config.namespace),
-            watcher::Config::default().labels(names::JOURNAL_LABEL),
-        )
-        .default_backoff();
-        for (kind, fut) in [
-            (
-                "pods",
-                drive(reflector::reflector(pods_writer, pods)).boxed(),
-            ),
-            (
-                "journals",
-                drive(reflector::reflector(journals_writer, journals)).boxed(),
-            ),
-        ] {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = fut => tracing::warn!(kind, "cache stream ended"),
-                    _ = stop.cancelled() => {}
-                }
-            });
-        }
-        self.pods.wait_until_ready().await.is_ok()
-            && self.journals.wait_until_ready().await.is_ok()
-            && self.view.wait_synced().await.is_ok()
     }
 
     /// Publishes an Event about `object`; failures are logged, never fatal.
@@ -168,19 +105,7 @@ impl Ctx {
     }
 }
 
-async fn drive<S, T>(stream: S)
-where
-    S: futures::Stream<Item = Result<T, watcher::Error>>,
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(item) = stream.next().await {
-        if let Err(error) = item {
-            tracing::warn!(%error, "watch error");
-        }
-    }
-}
-
-/// One StatefulSet and what belongs to it, read from the caches at reconcile time.
+/// One StatefulSet and what belongs to it, read from the view at reconcile time.
 #[derive(Debug, Clone)]
 pub struct SetSnapshot {
     pub set: Arc<StatefulSet>,
@@ -211,12 +136,7 @@ impl SetSnapshot {
         let ordinals: Vec<u32> = (start..start.saturating_add(replicas)).collect();
         let pods = ordinals
             .iter()
-            .map(|&n| {
-                let pod = ctx
-                    .pods
-                    .get(&ObjectRef::new(&format!("{name}-{n}")).within(&namespace));
-                (n, pod)
-            })
+            .map(|&n| (n, ctx.view.pod(&namespace, &format!("{name}-{n}"))))
             .collect();
         let templates: Vec<String> = set
             .spec
@@ -232,9 +152,7 @@ impl SetSnapshot {
                 claims.push((t.clone(), n, ctx.view.claim(&namespace, &claim_name)));
             }
         }
-        let journal = ctx
-            .journals
-            .get(&ObjectRef::new(&journal_name(&namespace, &name)).within(&ctx.config.namespace));
+        let journal = ctx.view.journal(&journal_name(&namespace, &name));
         Some(Self {
             set,
             namespace,

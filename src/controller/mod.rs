@@ -107,8 +107,18 @@ impl Controller {
     }
 
     /// Campaigns for the Lease and runs the features while leading, until `stop`; then
-    /// finishes in-flight work and releases the Lease.
+    /// finishes in-flight work and releases the Lease. `view` must hold the controller's kinds
+    /// (pods and the journals of the controller's namespace: see
+    /// [`watch::from_cluster`](crate::cluster::watch::from_cluster)); every feature reads it.
     pub async fn run(self, client: Client, view: ClusterView, stop: CancellationToken) {
+        if view.journal_namespace() != Some(self.config.namespace.as_str()) {
+            tracing::error!(
+                namespace = %self.config.namespace,
+                view = ?view.journal_namespace(),
+                "controller not started: the cluster view does not watch its pods and journals"
+            );
+            return;
+        }
         let leases: Api<Lease> = Api::namespaced(client.clone(), &self.config.namespace);
         let mut elector = leader::Elector::new(
             leases,
@@ -156,11 +166,10 @@ impl Drop for AbortOnDrop {
 
 /// Runs every enabled feature until `stop`.
 async fn run_features(ctx: Arc<Ctx>, stop: CancellationToken) {
-    let caches = ctx.clone().start_caches(stop.clone());
-    // Acting on half-synced caches could mistake a missing pod for an unavailable one.
+    // Acting on a half-synced view could mistake a missing pod for an unavailable one.
     tokio::select! {
         _ = stop.cancelled() => return,
-        synced = caches => if !synced { return },
+        synced = ctx.view.wait_synced() => if synced.is_err() { return },
     }
     tracing::info!(features = ?ctx.config.features, "controller running");
     let f = ctx.config.features.clone();

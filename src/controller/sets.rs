@@ -1,91 +1,203 @@
 //! The StatefulSet controller: one reconcile per set, triggered by changes to the set, its
-//! claims, its pods and its journal, and by a periodic resync. Each feature looks at the same
-//! [`SetSnapshot`] and does its own planning and acting.
+//! claims, its pods and its journal as the shared view's change feed reports them, and
+//! requeued at least every resync. Each feature looks at the same [`SetSnapshot`] and does
+//! its own planning and acting.
+//!
+//! It runs kube-runtime's `applier` (the engine of its `Controller`) on a queue built from the
+//! feed, over a store that holds only the sets' keys, kept in step with the view: no watch or
+//! object cache of its own. A reconcile reads the set and its world from the view, which
+//! already holds the change that triggered it.
 
+use std::convert::Infallible;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
-use kube::Api;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{self, Action};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
 use super::context::{Ctx, Error, SetSnapshot};
 use super::{claims, conditions, max_unavailable};
 use crate::admission::set_claims;
-use crate::names;
+use crate::cluster::{Change, ClusterView, Kind};
 
 const NAME: &str = "statefulset";
 
-pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
-    let client = ctx.client.clone();
-    let controller = Controller::new(
-        Api::<StatefulSet>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .watches(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
-        |claim| {
-            let ns = claim.metadata.namespace.clone().unwrap_or_default();
-            let name = claim.metadata.name.clone().unwrap_or_default();
-            set_claims::candidates(&name)
-                .into_iter()
-                .map(|(_, set, _)| ObjectRef::<StatefulSet>::new(set).within(&ns))
-                .collect::<Vec<_>>()
+/// Reconciles running at once (each mostly waits on the API; the bound keeps a cold start
+/// over thousands of sets from flooding it).
+pub const CONCURRENCY: u16 = 16;
+
+/// What the applier's store holds of a set: its namespace and name.
+type SetKey = PartialObjectMeta<StatefulSet>;
+
+fn key(namespace: &str, name: &str) -> SetKey {
+    PartialObjectMeta {
+        types: None,
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..ObjectMeta::default()
         },
-    )
-    .watches(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().labels(names::POD_NAME_LABEL),
-        |pod| {
-            let ns = pod.metadata.namespace.clone().unwrap_or_default();
-            pod.metadata
-                .owner_references
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|o| o.kind == "StatefulSet" && o.controller == Some(true))
-                .map(|o| ObjectRef::<StatefulSet>::new(&o.name).within(&ns))
-                .collect::<Vec<_>>()
-        },
-    )
-    .watches(
-        Api::<ConfigMap>::namespaced(client, &ctx.config.namespace),
-        watcher::Config::default().labels(names::JOURNAL_LABEL),
-        |journal| claims::journal_owner(&journal),
-    )
-    .graceful_shutdown_on({
-        let stop = stop.clone();
-        async move { stop.cancelled().await }
-    });
-    let store = controller.store();
-    let run = controller
-        .run(reconcile, error_policy, ctx.clone())
-        .for_each(|result| async {
-            if let Err(error) = result {
-                tracing::debug!(%error, "statefulset reconcile failed");
-            }
-        });
-    let mut run = std::pin::pin!(run);
-    tokio::select! {
-        () = &mut run => return,
-        () = stop.cancelled() => {}
-    }
-    // The graceful shutdown lets started reconciles finish. kube-runtime starts reconciling
-    // only once the controller's store is ready, and a shutdown stops the watch that fills it:
-    // stopped before that, the controller would wait for the store forever (a SIGTERM right
-    // after start hung the process). No reconcile can have started then; stop at once.
-    if matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
-        run.await;
+        _phantom: PhantomData,
     }
 }
 
-async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let Some(snapshot) = SetSnapshot::gather(set, &ctx) else {
+fn key_ref(namespace: &str, name: &str) -> ObjectRef<SetKey> {
+    ObjectRef::new(name).within(namespace)
+}
+
+/// The applier's store of set keys, following the view.
+struct Keys {
+    writer: Writer<SetKey>,
+    store: Store<SetKey>,
+}
+
+impl Keys {
+    fn new(view: &ClusterView) -> Self {
+        let writer = Writer::default();
+        let store = writer.as_reader();
+        let mut keys = Self { writer, store };
+        keys.relist(view);
+        keys
+    }
+
+    /// Takes every set of the view, dropping keys of sets that are gone.
+    fn relist(&mut self, view: &ClusterView) {
+        self.writer.apply_watcher_event(&watcher::Event::Init);
+        for (namespace, name) in view.stateful_set_keys() {
+            self.writer
+                .apply_watcher_event(&watcher::Event::InitApply(key(&namespace, &name)));
+        }
+        self.writer.apply_watcher_event(&watcher::Event::InitDone);
+    }
+
+    /// Follows one set of the view.
+    fn update(&mut self, view: &ClusterView, namespace: &str, name: &str) {
+        let key = key(namespace, name);
+        if view.has_stateful_set(namespace, name) {
+            self.writer.apply_watcher_event(&watcher::Event::Apply(key));
+        } else {
+            self.writer
+                .apply_watcher_event(&watcher::Event::Delete(key));
+        }
+    }
+
+    fn all(&self) -> Vec<ObjectRef<SetKey>> {
+        self.store
+            .state()
+            .iter()
+            .map(|k| ObjectRef::from_obj(k.as_ref()))
+            .collect()
+    }
+
+    /// `namespace/name`, if the set is known.
+    fn known(&self, namespace: &str, name: &str) -> Option<ObjectRef<SetKey>> {
+        let reference = key_ref(namespace, name);
+        self.store.get(&reference).map(|_| reference)
+    }
+}
+
+/// The sets to reconcile after `change`, keeping the key store in step with the view.
+fn route(view: &ClusterView, keys: &mut Keys, change: Change) -> Vec<ObjectRef<SetKey>> {
+    match change {
+        Change::StatefulSet { namespace, name } => {
+            keys.update(view, &namespace, &name);
+            keys.known(&namespace, &name).into_iter().collect()
+        }
+        Change::Relisted(Kind::StatefulSet) => {
+            keys.relist(view);
+            keys.all()
+        }
+        // A class decides which claims can expand; a relist may hide any change.
+        Change::StorageClass(_) | Change::Relisted(_) => keys.all(),
+        // A namespace's opt-out label.
+        Change::Namespace(namespace) => view
+            .stateful_sets_in(&namespace)
+            .iter()
+            .filter_map(|name| keys.known(&namespace, name))
+            .collect(),
+        // Every set whose claim the name can be (each split names another set), of those
+        // that exist.
+        Change::Claim { namespace, name } => set_claims::candidates(&name)
+            .into_iter()
+            .filter_map(|(_, set, _)| keys.known(&namespace, set))
+            .collect(),
+        Change::Pod {
+            namespace,
+            owner: Some(set),
+            ..
+        } => keys.known(&namespace, &set).into_iter().collect(),
+        Change::Journal {
+            owner: Some((namespace, set)),
+            ..
+        } => keys.known(&namespace, &set).into_iter().collect(),
+        Change::Pod { owner: None, .. } | Change::Journal { owner: None, .. } => Vec::new(),
+    }
+}
+
+pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
+    // Subscribed before the keys are taken: no change after them is missed.
+    let changes = ctx.view.subscribe();
+    let keys = Keys::new(&ctx.view);
+    let store = keys.store.clone();
+    let first = keys.all();
+    let view = ctx.view.clone();
+    let followed = futures::stream::unfold(
+        (changes, keys, view),
+        |(mut changes, mut keys, view)| async move {
+            let change = changes.recv().await?;
+            let sets = route(&view, &mut keys, change);
+            Some((futures::stream::iter(sets), (changes, keys, view)))
+        },
+    )
+    .flatten();
+    // Ending the queue lets reconciles in flight finish, then ends the applier.
+    let queue = futures::stream::iter(first)
+        .chain(followed)
+        .map(Ok::<_, Infallible>)
+        .take_until(stop.clone().cancelled_owned());
+    let run = controller::applier(
+        |set: Arc<SetKey>, ctx: Arc<Ctx>| -> BoxFuture<'static, Result<Action, Error>> {
+            Box::pin(reconcile(set, ctx))
+        },
+        error_policy,
+        ctx.clone(),
+        store,
+        queue,
+        controller::Config::default().concurrency(CONCURRENCY),
+    )
+    .for_each(|result| async {
+        if let Err(error) = result {
+            tracing::debug!(%error, "statefulset reconcile failed");
+        }
+    });
+    run.await;
+}
+
+/// Reconciles the set named by `key`, as the view holds it now.
+async fn reconcile(key: Arc<SetKey>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let (Some(namespace), Some(name)) = (
+        key.metadata.namespace.as_deref(),
+        key.metadata.name.as_deref(),
+    ) else {
+        return Ok(Action::await_change());
+    };
+    // Gone since it was queued: its key goes with the change that removed it.
+    let Some(set) = ctx.view.stateful_set(namespace, name) else {
+        return Ok(Action::await_change());
+    };
+    reconcile_set(set, &ctx).await
+}
+
+async fn reconcile_set(set: Arc<StatefulSet>, ctx: &Ctx) -> Result<Action, Error> {
+    let Some(snapshot) = SetSnapshot::gather(set, ctx) else {
         return Ok(Action::await_change());
     };
     let features = &ctx.config.features;
@@ -99,14 +211,14 @@ async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Ctx>) -> Result<Action, Error
         }
     };
     if features.claim_rollout || features.converge {
-        note(claims::sync(&snapshot, &ctx).await, "claims");
+        note(claims::sync(&snapshot, ctx).await, "claims");
     }
     if features.conditions {
-        note(conditions::sync(&snapshot, &ctx).await, "conditions");
+        note(conditions::sync(&snapshot, ctx).await, "conditions");
     }
     if features.max_unavailable {
         note(
-            max_unavailable::sync(&snapshot, &ctx).await,
+            max_unavailable::sync(&snapshot, ctx).await,
             "max-unavailable",
         );
     }
@@ -118,7 +230,7 @@ async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Ctx>) -> Result<Action, Error
     Ok(next.map_or_else(Action::await_change, Action::requeue))
 }
 
-fn error_policy(_set: Arc<StatefulSet>, _error: &Error, _ctx: Arc<Ctx>) -> Action {
+fn error_policy(_set: Arc<SetKey>, _error: &Error, _ctx: Arc<Ctx>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -128,5 +240,118 @@ pub fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, None) => a,
         (None, b) => b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::ClusterWriters;
+    use crate::cluster::lite::SetLite;
+    use serde_json::json;
+
+    fn set(namespace: &str, name: &str) -> SetLite {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace}}))
+            .expect("a set")
+    }
+
+    fn names(refs: Vec<ObjectRef<SetKey>>) -> Vec<String> {
+        let mut names: Vec<String> = refs
+            .into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn changes_route_to_the_sets_they_concern() {
+        let mut writers = ClusterWriters::with_controller("sa");
+        writers.apply_stateful_set(watcher::Event::Init);
+        for (namespace, name) in [("db", "web"), ("db", "my-web"), ("x", "other")] {
+            writers.apply_stateful_set(watcher::Event::InitApply(set(namespace, name)));
+        }
+        writers.apply_stateful_set(watcher::Event::InitDone);
+        let view = writers.view();
+        let mut keys = Keys::new(&view);
+        let mut route = |change| names(route(&view, &mut keys, change));
+        let claim = |namespace: &str, name: &str| Change::Claim {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        let all = ["db/my-web", "db/web", "x/other"];
+
+        assert_eq!(route(claim("db", "data-web-0")), ["db/web"]);
+        // Ambiguous names go to every set they can belong to; the reconcile checks templates.
+        assert_eq!(route(claim("db", "data-my-web-2")), ["db/my-web", "db/web"]);
+        assert!(route(claim("db", "data-absent-0")).is_empty());
+        assert!(route(claim("x", "data-web-0")).is_empty());
+        assert!(route(claim("db", "not-a-claim-name")).is_empty());
+        let pod = |owner: Option<&str>| Change::Pod {
+            namespace: "db".into(),
+            name: "web-0".into(),
+            owner: owner.map(str::to_owned),
+        };
+        assert_eq!(route(pod(Some("web"))), ["db/web"]);
+        assert!(route(pod(None)).is_empty());
+        assert!(route(pod(Some("gone"))).is_empty());
+        let journal = |owner: Option<(&str, &str)>| Change::Journal {
+            name: "sa-journal.db.web".into(),
+            owner: owner.map(|(n, s)| (n.to_owned(), s.to_owned())),
+        };
+        assert_eq!(route(journal(Some(("db", "web")))), ["db/web"]);
+        assert!(route(journal(Some(("db", "gone")))).is_empty());
+        assert!(route(journal(None)).is_empty());
+        assert_eq!(
+            route(Change::Namespace("db".into())),
+            ["db/my-web", "db/web"]
+        );
+        assert!(route(Change::Namespace("empty".into())).is_empty());
+        assert_eq!(route(Change::StorageClass("gold".into())), all);
+        assert_eq!(route(Change::Relisted(Kind::Pod)), all);
+        assert_eq!(route(Change::Relisted(Kind::Claim)), all);
+    }
+
+    #[test]
+    fn the_key_store_follows_the_view() {
+        let mut writers = ClusterWriters::with_controller("sa");
+        writers.apply_stateful_set(watcher::Event::Init);
+        writers.apply_stateful_set(watcher::Event::InitApply(set("db", "web")));
+        writers.apply_stateful_set(watcher::Event::InitDone);
+        let view = writers.view();
+        let mut keys = Keys::new(&view);
+        assert_eq!(names(keys.all()), ["db/web"]);
+
+        writers.apply_stateful_set(watcher::Event::Apply(set("db", "new")));
+        let sets = route(
+            &view,
+            &mut keys,
+            Change::StatefulSet {
+                namespace: "db".into(),
+                name: "new".into(),
+            },
+        );
+        assert_eq!(names(sets), ["db/new"]);
+        assert_eq!(names(keys.all()), ["db/new", "db/web"]);
+
+        writers.apply_stateful_set(watcher::Event::Delete(set("db", "new")));
+        let sets = route(
+            &view,
+            &mut keys,
+            Change::StatefulSet {
+                namespace: "db".into(),
+                name: "new".into(),
+            },
+        );
+        assert!(sets.is_empty(), "a set that is gone is not reconciled");
+        assert_eq!(names(keys.all()), ["db/web"]);
+
+        // A relist that no longer has "web" but has "other".
+        writers.apply_stateful_set(watcher::Event::Init);
+        writers.apply_stateful_set(watcher::Event::InitApply(set("db", "other")));
+        writers.apply_stateful_set(watcher::Event::InitDone);
+        let sets = route(&view, &mut keys, Change::Relisted(Kind::StatefulSet));
+        assert_eq!(names(sets), ["db/other"]);
+        assert_eq!(names(keys.all()), ["db/other"]);
     }
 }

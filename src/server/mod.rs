@@ -1,5 +1,7 @@
 //! The shell around the rules: an HTTPS admission listener, a plain-HTTP probe listener,
-//! the cluster view that feeds the rules, and the shutdown sequence that ties them together.
+//! readiness on the cluster view that feeds the rules, and the shutdown sequence that ties
+//! them together. The view, and whatever else runs in the process (the controller), come from
+//! the entry point.
 
 pub mod listener;
 pub mod metrics;
@@ -17,10 +19,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::Policy;
-use crate::cluster::{ClusterView, state_file, watch};
-use crate::controller::max_unavailable::GateCell;
-use crate::controller::{Controller, ControllerConfig};
+use crate::admission::{GateCell, Policy};
+use crate::cluster::ClusterView;
 pub use listener::ListenerLimits;
 
 /// Where the serving certificate comes from.
@@ -39,21 +39,12 @@ pub enum TlsSource {
     SelfManaged(crate::certs::self_managed::SelfManagedConfig),
 }
 
-/// Where the cluster view comes from.
-#[derive(Debug, Clone)]
-pub enum StateSource {
-    /// Reflectors on the cluster from kubeconfig or in-cluster config.
-    Cluster,
-    File(PathBuf),
-}
-
 /// Everything `serve` needs; built from the command line.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub addr: SocketAddr,
     pub probe_addr: SocketAddr,
     pub tls: TlsSource,
-    pub state: StateSource,
     pub policy: Policy,
     pub cert_poll_interval: Duration,
     /// Time between readiness turning false and the listener closing, so that endpoints
@@ -61,48 +52,79 @@ pub struct ServeConfig {
     pub shutdown_delay: Duration,
     pub request_timeout: Duration,
     pub limits: ListenerLimits,
-    /// The companion controller, when enabled (it needs a cluster: never with `--state`).
-    pub controller: Option<ControllerConfig>,
 }
 
-/// Owns the configuration and runs the webhook until `shutdown` resolves.
+/// Work that runs beside the webhook in the process (the companion controller): told to stop
+/// when draining begins, so that it finishes its step and hands its Lease over while the
+/// listener still serves, and waited for (up to the drain timeout) before `run` returns.
+pub struct Companion {
+    pub stop: CancellationToken,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Owns the configuration and the view, and runs the webhook until `shutdown` resolves.
 pub struct Server {
     config: ServeConfig,
+    view: ClusterView,
+    registry: Registry,
+    max_unavailable_gate: GateCell,
+    companion: Option<Companion>,
 }
 
 impl Server {
-    pub fn new(config: ServeConfig) -> Self {
-        Self { config }
+    /// A server answering from `view`; it turns ready once the view has synced.
+    pub fn new(config: ServeConfig, view: ClusterView) -> Self {
+        Self {
+            config,
+            view,
+            registry: Registry::with_prefix("stateful_admission"),
+            max_unavailable_gate: GateCell::default(),
+            companion: None,
+        }
+    }
+
+    /// The registry `/metrics` serves, for what else runs in the process to register in.
+    pub fn registry(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// Shares the maxUnavailable gate as the controller's probe finds it with the rules.
+    pub fn with_max_unavailable_gate(self, gate: GateCell) -> Self {
+        Self {
+            max_unavailable_gate: gate,
+            ..self
+        }
+    }
+
+    /// Work to stop and wait for in the shutdown sequence (see [`Companion`]).
+    pub fn with_companion(self, companion: Companion) -> Self {
+        Self {
+            companion: Some(companion),
+            ..self
+        }
     }
 
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let config = self.config;
+        let Self {
+            config,
+            view,
+            mut registry,
+            max_unavailable_gate,
+            companion,
+        } = self;
         let readiness = Arc::new(probes::Readiness::default());
-        let mut registry = Registry::with_prefix("stateful_admission");
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
         let stop_accepting = CancellationToken::new();
         let stop_background = CancellationToken::new();
-        let stop_controller = CancellationToken::new();
 
-        let (view, client) = start_view(&config.state, &readiness, &stop_background).await?;
-        // The controller probes the maxUnavailable gate; the webhook reads the same cell.
-        let mut max_unavailable_gate = GateCell::default();
-        let controller = match (&config.controller, client) {
-            (Some(cc), Some(client)) => {
-                let controller = Controller::new(cc.clone(), &mut registry);
-                max_unavailable_gate = controller.max_unavailable_gate();
-                Some(tokio::spawn(controller.run(
-                    client,
-                    view.clone(),
-                    stop_controller.clone(),
-                )))
+        let synced_view = view.clone();
+        let synced = readiness.clone();
+        tokio::spawn(async move {
+            if synced_view.wait_synced().await.is_ok() {
+                tracing::info!(counts = ?synced_view.counts(), "cluster view synced");
+                synced.set_synced();
             }
-            (Some(_), None) => {
-                tracing::info!("controller off: it needs a cluster, and state comes from a file");
-                None
-            }
-            (None, _) => None,
-        };
+        });
         let cert_metrics = match &config.tls {
             TlsSource::SelfManaged(_) => {
                 Some(crate::certs::self_managed::Metrics::register(&mut registry))
@@ -186,13 +208,15 @@ impl Server {
         shutdown.await;
         readiness.set_draining();
         // The controller finishes its current step and hands the Lease over while we drain.
-        stop_controller.cancel();
+        if let Some(companion) = &companion {
+            companion.stop.cancel();
+        }
         tracing::info!(delay = ?config.shutdown_delay, "shutting down: readiness off, draining");
         tokio::time::sleep(config.shutdown_delay).await;
         stop_accepting.cancel();
         serving.await.context("the HTTPS listener failed")?;
-        if let Some(controller) = controller
-            && tokio::time::timeout(config.limits.drain_timeout, controller)
+        if let Some(companion) = companion
+            && tokio::time::timeout(config.limits.drain_timeout, companion.task)
                 .await
                 .is_err()
         {
@@ -204,43 +228,5 @@ impl Server {
         }
         tracing::info!("stopped");
         Ok(())
-    }
-}
-
-async fn start_view(
-    source: &StateSource,
-    readiness: &Arc<probes::Readiness>,
-    stop: &CancellationToken,
-) -> anyhow::Result<(ClusterView, Option<kube::Client>)> {
-    match source {
-        StateSource::File(path) => {
-            let objects = state_file::load(path)?;
-            let view = ClusterView::from_objects(objects);
-            tracing::info!(state = %path.display(), counts = ?view.counts(), "cluster state loaded from file");
-            readiness.set_synced();
-            Ok((view, None))
-        }
-        StateSource::Cluster => {
-            let client = crate::field_manager::client()
-                .await
-                .context("no cluster configuration (kubeconfig or in-cluster); use --state FILE to run without a cluster")?;
-            let (view, driver) = watch::from_cluster(client.clone());
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = driver => {}
-                    _ = stop.cancelled() => {}
-                }
-            });
-            let synced_view = view.clone();
-            let readiness = readiness.clone();
-            tokio::spawn(async move {
-                if synced_view.wait_synced().await.is_ok() {
-                    tracing::info!(counts = ?synced_view.counts(), "cluster view synced");
-                    readiness.set_synced();
-                }
-            });
-            Ok((view, Some(client)))
-        }
     }
 }

@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::metrics::{Metrics, ReviewLabels};
+use crate::admission::GateCell;
 use crate::admission::{self, Context, Phase, Policy, offline, wire};
 use crate::cluster::ClusterView;
-use crate::controller::max_unavailable::GateCell;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 

@@ -17,7 +17,7 @@ use stateful_admission::names;
 use crate::support::controller::{
     CONTROLLER_NAMESPACE, RunningController, config, eventually, no_features,
 };
-use crate::support::fake_apiserver::{FakeApiServer, RecordedRequest};
+use crate::support::fake_apiserver::{FakeApiServer, RecordedRequest, ResourceType, WatchSelector};
 
 const NS: &str = "db";
 const JOURNAL: &str = "sa-journal.db.web";
@@ -328,7 +328,15 @@ async fn a_size_increase_rolls_out_highest_ordinal_first_within_a_budget_of_two(
         10,
         "one event on the claim and one on the set per patch"
     );
-    assert!(!events(&api, "VolumeClaimRolloutComplete").is_empty());
+    // Published after the status write that the loop above saw.
+    assert!(
+        eventually(Duration::from_secs(5), || !events(
+            &api,
+            "VolumeClaimRolloutComplete"
+        )
+        .is_empty())
+        .await
+    );
     let metrics = controller.metrics();
     assert!(metrics.contains("claims_patched_total 5"), "{metrics}");
     assert!(
@@ -827,4 +835,68 @@ async fn two_hundred_sets_converge_and_then_nothing_is_written() {
         "200 sets converged in {took:?} with {converge_writes} writes ({} per set)",
         converge_writes / 200
     );
+}
+
+/// The claim watch falls behind the StatefulSet watch (an apiserver's watch cache lagging for
+/// one resource). A reconcile triggered by a claim change must read a view at least as new as
+/// that change, so every step of an InPlace rollout follows its claim's change without
+/// waiting for the resync (an hour here).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_completes_without_a_resync_when_the_claim_watch_lags() {
+    let api = FakeApiServer::start().await;
+    api.put_object(class("fast", true));
+    install(
+        &api,
+        set(
+            "web",
+            3,
+            "fast",
+            Some("2Gi"),
+            &[(names::VOLUME_CLAIM_UPDATE_POLICY, "InPlace")],
+        ),
+        3,
+        "fast",
+    );
+    // The first claim watch opened, the view's: the one whose lag made a reconcile plan on
+    // an older claim than the change that triggered it.
+    api.lag_watches(
+        ResourceType::of::<PersistentVolumeClaim>(),
+        WatchSelector::Nth(1),
+        Duration::from_millis(500),
+    );
+    let controller = RunningController::start(
+        &api,
+        ControllerConfig {
+            resync: Duration::from_secs(3600),
+            ..config("a", features(false))
+        },
+    );
+    for ordinal in (0..3u32).rev() {
+        let claim = format!("data-web-{ordinal}");
+        assert!(
+            eventually(Duration::from_secs(10), || updating(&api, "web")
+                == [claim.clone()])
+            .await,
+            "{claim} was not patched; updating: {:?}",
+            updating(&api, "web")
+        );
+        complete_expansion(&api, &claim);
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            api.get::<StatefulSet>(NS, "web")
+                .and_then(|s| s.metadata.annotations)
+                .and_then(|a| a.get(names::VOLUME_CLAIM_STATUS).cloned())
+                .as_deref()
+                == Some(r#"[{"name":"data","compatible":3,"updating":0,"overSized":0,"totalCapacity":"6Gi"}]"#)
+        })
+        .await,
+        "final status: {:?}",
+        api.get::<StatefulSet>(NS, "web").and_then(|s| s.metadata.annotations)
+    );
+    assert_eq!(
+        claim_patches(&api.writes()),
+        ["data-web-2", "data-web-1", "data-web-0"]
+    );
+    controller.stop().await;
 }

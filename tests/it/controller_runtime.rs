@@ -62,13 +62,12 @@ async fn one_replica_leads_and_hands_over_on_release_and_on_crash() {
     c.stop().await;
 }
 
-/// A stop that comes before the StatefulSet controller has its first list (SIGTERM right
-/// after start) ends the controller: kube-runtime would wait for that list forever.
+/// A stop that comes before the view has its first list of StatefulSets (SIGTERM right after
+/// start) ends the controller, which is waiting for the view, and releases the Lease.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stop_before_the_set_controller_has_listed_ends_it() {
+async fn a_stop_before_the_view_has_listed_ends_the_controller() {
     let api = FakeApiServer::start().await;
     const SET_LIST: &str = "/apis/apps/v1/statefulsets?&limit";
-    // The view lists StatefulSets first, then (once it has synced) the set controller.
     let view_list = api.hold_next("GET", SET_LIST, 1);
     let features = Features {
         claim_rollout: true,
@@ -79,14 +78,42 @@ async fn a_stop_before_the_set_controller_has_listed_ends_it() {
         .arrived(1, Duration::from_secs(15))
         .await
         .expect("the view lists StatefulSets");
-    let controller_list = api.hold_next("GET", SET_LIST, 1);
-    view_list.release();
-    controller_list
-        .arrived(1, Duration::from_secs(15))
-        .await
-        .expect("the set controller lists StatefulSets");
-    assert!(controller.is_leader());
-    // Stops within 10 s, releasing the Lease, while its list is still unanswered.
+    assert!(
+        eventually(Duration::from_secs(15), || controller.is_leader()).await,
+        "leads while the view is not synced"
+    );
+    // Stops within 10 s, releasing the Lease, while the list is still unanswered.
     controller.stop().await;
     assert_eq!(holder(&api), None, "the lease is released");
+}
+
+/// Every feature reads the shared view, so a view that does not watch the controller's pods
+/// and journals (the webhook's alone, or another namespace's journals) is refused at once:
+/// the controller never leads on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_view_without_the_controllers_kinds_is_refused() {
+    let api = FakeApiServer::start().await;
+    for namespace in [None, Some("elsewhere")] {
+        let (view, driver) =
+            stateful_admission::cluster::watch::from_cluster(api.client(), namespace);
+        let driver = tokio::spawn(driver);
+        let mut registry = prometheus_client::registry::Registry::default();
+        let controller = stateful_admission::controller::Controller::new(
+            config("replica-a", no_features()),
+            &mut registry,
+        );
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            controller.run(api.client(), view, stop),
+        )
+        .await
+        .expect("returns at once");
+        driver.abort();
+    }
+    assert_eq!(holder(&api), None, "never took the Lease");
+    assert!(
+        api.requests().iter().all(|r| !r.path.contains("/leases")),
+        "never asked for it"
+    );
 }

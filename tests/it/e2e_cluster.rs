@@ -125,7 +125,7 @@ async fn convergence_keeps_the_running_pod_on_a_real_cluster() {
     .expect("record the desired templates");
 
     let stop = CancellationToken::new();
-    let (view, driver) = watch::from_cluster(client.clone());
+    let (view, driver) = watch::from_cluster(client.clone(), Some(&ns));
     let driver_stop = stop.clone();
     tokio::spawn(async move {
         tokio::select! { _ = driver => {}, _ = driver_stop.cancelled() => {} }

@@ -4,6 +4,7 @@ mod certs;
 mod certs_self_managed;
 mod claim_rollout;
 mod claim_rules;
+mod cluster_view;
 mod common;
 mod controller_runtime;
 mod default_class_controller;

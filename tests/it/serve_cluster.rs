@@ -2,6 +2,7 @@
 //! waits for the cluster view, rules read the live state, the controller takes the Lease and
 //! hands it back on SIGTERM.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -10,7 +11,7 @@ use stateful_admission::admission::builder::ReviewBuilder;
 
 use crate::serve_tls::Served;
 use crate::support::controller::eventually;
-use crate::support::fake_apiserver::FakeApiServer;
+use crate::support::fake_apiserver::{FakeApiServer, RecordedRequest};
 
 pub(crate) fn kubeconfig(api: &FakeApiServer) -> String {
     format!(
@@ -107,4 +108,90 @@ async fn serve_reads_the_cluster_and_runs_the_controller_under_a_lease() {
         served.logs().join("\n")
     );
     assert_eq!(holder(), None, "the lease is released on shutdown");
+}
+
+/// The process watches each kind once, whatever reads it: the webhook, and the controller's
+/// features (claim rollout, convergence, default class, conditions, maxUnavailable) with the
+/// Lease held. The Lease itself is read and renewed, not watched.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_watches_each_kind_once_for_the_webhook_and_the_controller() {
+    let api = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("kubeconfig");
+    std::fs::write(&config, kubeconfig(&api)).expect("kubeconfig");
+    let certs = dir.path().join("certs");
+    let mut served = Served::start_with_env(
+        &[
+            "--self-signed",
+            "--self-signed-dir",
+            certs.to_str().expect("path"),
+            "--controller-namespace",
+            "stateful-admission",
+            "--controller-identity",
+            "replica-0",
+            "--max-unavailable-gate",
+            "disabled",
+        ],
+        &[("KUBECONFIG", config.to_str().expect("path"))],
+    );
+    let ready_url = served.probe_url("/readyz");
+    let mut ready = false;
+    for _ in 0..300 {
+        if reqwest::get(&ready_url)
+            .await
+            .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "ready; server log:\n{}", served.logs().join("\n"));
+    let leader = || {
+        api.get::<Lease>("stateful-admission", "stateful-admission-controller")
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .is_some_and(|h| h == "replica-0")
+    };
+    assert!(eventually(Duration::from_secs(30), leader).await);
+    // Time for every feature to start (and to open any watch of its own).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let kinds = [
+        "/api/v1/namespaces",
+        "/api/v1/namespaces/stateful-admission/configmaps",
+        "/api/v1/persistentvolumeclaims",
+        "/api/v1/pods",
+        "/apis/apps/v1/statefulsets",
+        "/apis/storage.k8s.io/v1/storageclasses",
+    ];
+    let requests = api.requests();
+    let count = |wanted: &dyn Fn(&RecordedRequest) -> bool| {
+        let mut by_path = BTreeMap::<String, usize>::new();
+        for r in requests.iter().filter(|r| r.method == "GET" && wanted(r)) {
+            *by_path.entry(r.path.clone()).or_default() += 1;
+        }
+        by_path
+    };
+    let once: BTreeMap<String, usize> = kinds.iter().map(|p| ((*p).to_owned(), 1)).collect();
+    assert_eq!(count(&|r| r.is_watch()), once, "watches by path");
+    let lists = count(&|r| !r.is_watch() && kinds.contains(&r.path.as_str()));
+    assert_eq!(lists, once, "initial lists by path");
+    assert!(
+        requests
+            .iter()
+            .filter(|r| !r.is_watch() && kinds.contains(&r.path.as_str()))
+            .all(|r| r.query.split('&').any(|kv| kv == "limit=500")),
+        "lists come in pages of 500"
+    );
+    assert!(
+        requests
+            .iter()
+            .filter(|r| r.is_watch())
+            .all(|r| r.code == 200 && !r.path.contains("leases")),
+        "no watch on the Lease"
+    );
+
+    served.terminate();
+    assert_eq!(served.wait_exit(Duration::from_secs(15)), Some(0));
 }

@@ -24,9 +24,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -519,24 +518,18 @@ async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
     }
 }
 
-/// The set a journal belongs to.
-pub fn journal_owner(journal: &ConfigMap) -> Option<ObjectRef<StatefulSet>> {
-    let (namespace, name) = converge::owner(journal)?;
-    Some(ObjectRef::new(&name).within(&namespace))
-}
-
 /// Finishes journals whose set is gone (the set controller only sees sets that exist): the
 /// crash-after-delete case, and the wait for an orphan delete to complete. Runs until `stop`.
 pub async fn run_journals(ctx: std::sync::Arc<Ctx>, stop: CancellationToken) {
     let poll = ctx.config.converge_poll;
     loop {
-        let journals = ctx.journals.state();
+        let journals = ctx.view.journals();
         ctx.metrics.journals(&journals);
         for journal in journals {
             let Some((namespace, name)) = converge::owner(&journal) else {
                 continue;
             };
-            if ctx.view.stateful_set(&namespace, &name).is_some() {
+            if ctx.view.has_stateful_set(&namespace, &name) {
                 continue;
             }
             if let Err(error) =

@@ -59,7 +59,7 @@ impl Stalled {
     fn prune(&mut self) {
         if let Some(view) = &self.view {
             self.sets
-                .retain(|(namespace, name)| view.stateful_set(namespace, name).is_some());
+                .retain(|(namespace, name)| view.has_stateful_set(namespace, name));
         }
     }
 }
@@ -264,7 +264,7 @@ mod tests {
     use super::*;
     use crate::cluster::{ClusterObjects, ClusterWriters};
 
-    fn set(namespace: &str, name: &str) -> StatefulSet {
+    fn set(namespace: &str, name: &str) -> crate::cluster::lite::SetLite {
         serde_json::from_value(json!({
             "metadata": {"namespace": namespace, "name": name},
             "spec": {"selector": {}, "template": {}, "serviceName": name},

@@ -1,13 +1,13 @@
 //! Retroactive default StorageClass for classless, unbound claims (KEP-3333).
 //!
-//! One loop, fed by three watches: StorageClasses and Namespaces into caches of their own
-//! (the default is picked from them with the admission rule's
-//! [`pick_default_class`](crate::admission::claim::default_class::pick_default_class)), and
-//! claims into an index that keeps only the candidates — classless, unbound claims, usually
-//! a handful. Every watch event is handled after its own cache took it in, one at a time, so
-//! whichever of "claim appears" and "default appears" comes second sees the other: a claim
-//! gets the default as soon as both exist, without waiting for the resync. The resync walks
-//! the candidates again, as the upstream PV controller does.
+//! One loop over the shared cluster view: the default is picked from its classes and
+//! namespaces with the admission rule's
+//! [`pick_default_class`](crate::admission::claim::default_class::pick_default_class), and
+//! an index keeps only the candidate claims — classless, unbound claims, usually a handful —
+//! kept current from the view's change feed. Each change is handled after the view took it
+//! in, one at a time, so whichever of "claim appears" and "default appears" comes second sees
+//! the other: a claim gets the default as soon as both exist, without waiting for the
+//! resync. The resync walks the candidates again, as the upstream PV controller does.
 //!
 //! What the controller remembers per candidate is the resourceVersion it last tried: a
 //! claim is patched at most once per version, so a refusal (an apiserver before 1.25
@@ -21,13 +21,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::Api;
 use kube::api::Patch;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Api, Resource};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
@@ -35,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::Ctx;
 use crate::admission::claim::default_class::DefaultSource;
-use crate::cluster::{ClusterView, ClusterWriters};
+use crate::cluster::{Change, ClusterView, Kind};
 pub use plan::{Leave, Outcome, Plan};
 
 /// The KEP's metrics: attempts, and failed attempts (successes are the difference).
@@ -76,19 +73,10 @@ struct Entry {
     reported: bool,
 }
 
-/// Candidates by namespace and name, rebuilt on every relist.
+/// Candidates by namespace and name, kept from the view's change feed.
 #[derive(Default)]
 struct Candidates {
     index: HashMap<Key, Entry>,
-    relisting: Option<HashMap<Key, Entry>>,
-    synced: bool,
-}
-
-fn key_of(claim: &PersistentVolumeClaim) -> Key {
-    (
-        claim.metadata.namespace.clone().unwrap_or_default(),
-        claim.metadata.name.clone().unwrap_or_default(),
-    )
 }
 
 impl Candidates {
@@ -96,13 +84,13 @@ impl Candidates {
     /// attempts on the same object (same uid).
     fn file(
         index: &mut HashMap<Key, Entry>,
+        key: Key,
         previous: Option<Entry>,
-        claim: PersistentVolumeClaim,
-    ) -> Option<Key> {
+        claim: Arc<PersistentVolumeClaim>,
+    ) -> bool {
         if !plan::qualifies(&claim) {
-            return None;
+            return false;
         }
-        let key = key_of(&claim);
         let same_object = previous
             .as_ref()
             .is_some_and(|p| p.claim.metadata.uid == claim.metadata.uid);
@@ -111,53 +99,44 @@ impl Candidates {
             _ => (None, false),
         };
         index.insert(
-            key.clone(),
+            key,
             Entry {
-                claim: Arc::new(claim),
+                claim,
                 tried,
                 reported,
             },
         );
-        Some(key)
+        true
     }
 
-    fn absorb(&mut self, event: watcher::Event<PersistentVolumeClaim>) -> Trigger {
-        match event {
-            watcher::Event::Init => {
-                self.relisting = Some(HashMap::new());
-                Trigger::Nothing
-            }
-            watcher::Event::InitApply(claim) => {
-                if let Some(fresh) = self.relisting.as_mut() {
-                    let previous = self.index.remove(&key_of(&claim));
-                    Self::file(fresh, previous, claim);
-                }
-                Trigger::Nothing
-            }
-            watcher::Event::InitDone => {
-                if let Some(fresh) = self.relisting.take() {
-                    self.index = fresh;
-                }
-                self.synced = true;
-                Trigger::All
-            }
-            watcher::Event::Apply(claim) => {
-                let key = key_of(&claim);
+    /// Takes in the view's current copy of one claim (or its absence).
+    fn refresh(&mut self, view: &ClusterView, key: Key) -> Trigger {
+        let previous = self.index.remove(&key);
+        let filed = view
+            .claim(&key.0, &key.1)
+            .is_some_and(|claim| Self::file(&mut self.index, key.clone(), previous, claim));
+        if filed {
+            Trigger::Claim(key)
+        } else {
+            Trigger::Nothing
+        }
+    }
+
+    /// Rebuilds the index from every claim of the view (at start and after the claims were
+    /// listed again), keeping what was tried on claims that are still candidates.
+    fn rebuild(&mut self, view: &ClusterView) {
+        let mut fresh = HashMap::new();
+        for key in view.claim_keys() {
+            if let Some(claim) = view.claim(&key.0, &key.1) {
                 let previous = self.index.remove(&key);
-                match Self::file(&mut self.index, previous, claim) {
-                    Some(key) => Trigger::Claim(key),
-                    None => Trigger::Nothing,
-                }
-            }
-            watcher::Event::Delete(claim) => {
-                self.index.remove(&key_of(&claim));
-                Trigger::Nothing
+                Self::file(&mut fresh, key, previous, claim);
             }
         }
+        self.index = fresh;
     }
 }
 
-/// Which candidates to look at after an event.
+/// Which candidates to look at after a change.
 #[derive(Debug, PartialEq, Eq)]
 enum Trigger {
     Nothing,
@@ -166,80 +145,30 @@ enum Trigger {
     All,
 }
 
-enum Input {
-    Claim(Box<watcher::Event<PersistentVolumeClaim>>),
-    Class(watcher::Event<StorageClass>),
-    Namespace(watcher::Event<Namespace>),
-}
-
-/// Where the watches stand before the first full pass.
-#[derive(Default)]
-struct Synced {
-    classes: bool,
-    namespaces: bool,
-}
-
-fn strip<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
-}
-
-fn watch<K>(api: Api<K>) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
-{
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(strip::<K>)
-}
-
-/// Runs the claim controller until `stop`.
+/// Runs the claim controller until `stop`, from the view (synced before it starts) and its
+/// change feed.
 pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
-    let writers = ClusterWriters::new();
-    // Only classes and namespaces are filled: the picker reads nothing else.
-    let view = writers.view();
-    let ClusterWriters {
-        storage_classes,
-        namespaces,
-        ..
-    } = writers;
-    let client = ctx.client.clone();
-    let classes = reflector::reflector(
-        storage_classes,
-        watch(Api::<StorageClass>::all(client.clone())),
-    )
-    .map(|e| e.map(Input::Class));
-    let spaces = reflector::reflector(namespaces, watch(Api::<Namespace>::all(client.clone())))
-        .map(|e| e.map(Input::Namespace));
-    let claims = watch(Api::<PersistentVolumeClaim>::all(client))
-        .map(|e| e.map(|e| Input::Claim(Box::new(e))));
-    let mut inputs = futures::stream::select_all([classes.boxed(), spaces.boxed(), claims.boxed()]);
-
+    // Subscribed before the first scan: whatever changes after it is heard of.
+    let mut changes = ctx.view.subscribe();
     let mut worker = Worker {
         ctx: &ctx,
-        view,
+        view: ctx.view.clone(),
         candidates: Candidates::default(),
         retry_at: None,
     };
-    let mut synced = Synced::default();
-    let mut resync = tokio::time::interval(ctx.config.resync);
+    worker.candidates.rebuild(&worker.view);
+    worker.handle(Trigger::All).await;
+    let mut resync =
+        tokio::time::interval_at(Instant::now() + ctx.config.resync, ctx.config.resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let retry_at = worker.retry_at;
         let trigger = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            input = inputs.next() => match input {
+            change = changes.recv() => match change {
                 None => return,
-                Some(Err(error)) => {
-                    tracing::warn!(%error, "retroactive default class: watch error");
-                    Trigger::Nothing
-                }
-                Some(Ok(input)) => worker.absorb(input, &mut synced),
+                Some(change) => worker.absorb(change),
             },
             () = sleep_until(retry_at), if retry_at.is_some() => {
                 worker.retry_at = None;
@@ -247,10 +176,6 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
             }
             _ = resync.tick() => Trigger::All,
         };
-        // Acting before every cache listed once could miss a default or a namespace's choice.
-        if !(synced.classes && synced.namespaces && worker.candidates.synced) {
-            continue;
-        }
         worker.handle(trigger).await;
     }
 }
@@ -270,24 +195,24 @@ struct Worker<'a> {
 }
 
 impl Worker<'_> {
-    fn absorb(&mut self, input: Input, synced: &mut Synced) -> Trigger {
-        match input {
-            Input::Claim(event) => self.candidates.absorb(*event),
+    fn absorb(&mut self, change: Change) -> Trigger {
+        match change {
+            Change::Claim { namespace, name } => {
+                self.candidates.refresh(&self.view, (namespace, name))
+            }
+            Change::Relisted(Kind::Claim) => {
+                self.candidates.rebuild(&self.view);
+                Trigger::All
+            }
             // Any class change may change the cluster default for every namespace.
-            Input::Class(watcher::Event::InitDone) => {
-                synced.classes = true;
+            Change::StorageClass(_) | Change::Relisted(Kind::StorageClass | Kind::Namespace) => {
                 Trigger::All
             }
-            Input::Class(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => Trigger::All,
-            Input::Class(_) => Trigger::Nothing,
-            Input::Namespace(watcher::Event::InitDone) => {
-                synced.namespaces = true;
-                Trigger::All
-            }
-            Input::Namespace(watcher::Event::Apply(ns) | watcher::Event::Delete(ns)) => {
-                Trigger::Namespace(ns.metadata.name.unwrap_or_default())
-            }
-            Input::Namespace(_) => Trigger::Nothing,
+            Change::Namespace(namespace) => Trigger::Namespace(namespace),
+            Change::StatefulSet { .. }
+            | Change::Pod { .. }
+            | Change::Journal { .. }
+            | Change::Relisted(_) => Trigger::Nothing,
         }
     }
 
@@ -433,7 +358,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn claim(name: &str, uid: &str, rv: &str, spec: serde_json::Value) -> PersistentVolumeClaim {
+    use crate::cluster::ClusterWriters;
+    use crate::cluster::lite::ClaimLite;
+    use kube::runtime::watcher::Event;
+
+    fn claim(name: &str, uid: &str, rv: &str, spec: serde_json::Value) -> ClaimLite {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
             "spec": spec, "status": {"phase": "Pending"},
@@ -441,19 +370,39 @@ mod tests {
         .expect("a claim")
     }
 
+    /// Applies `event` to the view and hands the change it published to the index.
+    fn absorb(
+        c: &mut Candidates,
+        writers: &mut ClusterWriters,
+        changes: &mut tokio::sync::mpsc::UnboundedReceiver<Change>,
+        event: Event<ClaimLite>,
+    ) -> Trigger {
+        writers.apply_claim(event);
+        let view = writers.view();
+        match changes.try_recv() {
+            Ok(Change::Claim { namespace, name }) => c.refresh(&view, (namespace, name)),
+            Ok(Change::Relisted(Kind::Claim)) => {
+                c.rebuild(&view);
+                Trigger::All
+            }
+            Ok(other) => panic!("unexpected change {other:?}"),
+            Err(_) => Trigger::Nothing,
+        }
+    }
+
     #[test]
     fn the_index_keeps_only_candidates_and_their_memory() {
+        let mut writers = ClusterWriters::new();
+        let mut changes = writers.view().subscribe();
         let mut c = Candidates::default();
-        assert_eq!(c.absorb(watcher::Event::Init), Trigger::Nothing);
-        c.absorb(watcher::Event::InitApply(claim("a", "u-a", "1", json!({}))));
-        c.absorb(watcher::Event::InitApply(claim(
-            "b",
-            "u-b",
-            "1",
-            json!({"storageClassName": "x"}),
-        )));
-        assert_eq!(c.absorb(watcher::Event::InitDone), Trigger::All);
-        assert!(c.synced);
+        let mut absorb = |c: &mut Candidates, e| absorb(c, &mut writers, &mut changes, e);
+        assert_eq!(absorb(&mut c, Event::Init), Trigger::Nothing);
+        absorb(&mut c, Event::InitApply(claim("a", "u-a", "1", json!({}))));
+        absorb(
+            &mut c,
+            Event::InitApply(claim("b", "u-b", "1", json!({"storageClassName": "x"}))),
+        );
+        assert_eq!(absorb(&mut c, Event::InitDone), Trigger::All);
         assert_eq!(c.index.len(), 1, "only the classless claim is kept");
 
         let key = ("ns".to_owned(), "a".to_owned());
@@ -463,33 +412,42 @@ mod tests {
         }
         // A change to the same claim keeps what was tried.
         assert_eq!(
-            c.absorb(watcher::Event::Apply(claim("a", "u-a", "2", json!({})))),
+            absorb(&mut c, Event::Apply(claim("a", "u-a", "2", json!({})))),
             Trigger::Claim(key.clone())
         );
         assert_eq!(c.index[&key].tried.as_deref(), Some("1"));
+        assert_eq!(
+            c.index[&key].claim.metadata.resource_version.as_deref(),
+            Some("2"),
+            "the index holds the view's copy"
+        );
         assert!(c.index[&key].reported);
         // A relist keeps it too.
-        c.absorb(watcher::Event::Init);
-        c.absorb(watcher::Event::InitApply(claim("a", "u-a", "2", json!({}))));
-        c.absorb(watcher::Event::InitDone);
+        absorb(&mut c, Event::Init);
+        absorb(&mut c, Event::InitApply(claim("a", "u-a", "2", json!({}))));
+        absorb(&mut c, Event::InitDone);
         assert!(c.index[&key].reported);
         // A new claim under the same name starts afresh.
-        c.absorb(watcher::Event::Apply(claim("a", "u-new", "3", json!({}))));
+        absorb(&mut c, Event::Apply(claim("a", "u-new", "3", json!({}))));
         assert_eq!(c.index[&key].tried, None);
         assert!(!c.index[&key].reported);
         // Getting a class, or going away, drops the entry.
         assert_eq!(
-            c.absorb(watcher::Event::Apply(claim(
-                "a",
-                "u-new",
-                "4",
-                json!({"storageClassName": "gold"})
-            ))),
+            absorb(
+                &mut c,
+                Event::Apply(claim(
+                    "a",
+                    "u-new",
+                    "4",
+                    json!({"storageClassName": "gold"})
+                ))
+            ),
             Trigger::Nothing
         );
         assert!(c.index.is_empty());
-        c.absorb(watcher::Event::Apply(claim("z", "u-z", "5", json!({}))));
-        c.absorb(watcher::Event::Delete(claim("z", "u-z", "5", json!({}))));
+        absorb(&mut c, Event::Apply(claim("z", "u-z", "5", json!({}))));
+        assert_eq!(c.index.len(), 1);
+        absorb(&mut c, Event::Delete(claim("z", "u-z", "5", json!({}))));
         assert!(c.index.is_empty());
     }
 

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{
@@ -47,36 +46,7 @@ impl GateMode {
     }
 }
 
-/// The gate's last known state, shared by the controller (which probes and acts on it) and
-/// the webhook (which may stop writing the fallback annotation where the gate is on). One
-/// process-wide cell: it outlives leadership terms, so a replica that lost the Lease keeps
-/// its last answer rather than forgetting it.
-#[derive(Debug, Clone, Default)]
-pub struct GateCell(Arc<AtomicU8>);
-
-impl GateCell {
-    pub fn get(&self) -> GateStatus {
-        match self.0.load(Ordering::Acquire) {
-            1 => GateStatus::Enabled,
-            2 => GateStatus::Disabled,
-            _ => GateStatus::Unknown,
-        }
-    }
-
-    /// Stores `status`; returns the previous state.
-    pub fn set(&self, status: GateStatus) -> GateStatus {
-        let raw = match status {
-            GateStatus::Unknown => 0,
-            GateStatus::Enabled => 1,
-            GateStatus::Disabled => 2,
-        };
-        match self.0.swap(raw, Ordering::AcqRel) {
-            1 => GateStatus::Enabled,
-            2 => GateStatus::Disabled,
-            _ => GateStatus::Unknown,
-        }
-    }
-}
+pub use crate::admission::GateCell;
 
 /// The StatefulSet sent as a dry run: no replicas (so no limit against replicas applies and
 /// nothing would run even if it were stored), `maxUnavailable: 2`.
@@ -173,7 +143,7 @@ pub async fn run_gate_probe(ctx: Arc<Ctx>, stop: CancellationToken) {
         };
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = sweep.tick() => metrics.sweep(|ns, name| ctx.view.stateful_set(ns, name).is_some()),
+            _ = sweep.tick() => metrics.sweep(|ns, name| ctx.view.has_stateful_set(ns, name)),
             _ = probe_due => {
                 let wait = match probe(ctx.client.clone(), &ctx.config.namespace).await {
                     Ok(status) => {
@@ -212,17 +182,6 @@ pub async fn run_gate_probe(ctx: Arc<Ctx>, stop: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_cell_remembers_the_last_state() {
-        let cell = GateCell::default();
-        assert_eq!(cell.get(), GateStatus::Unknown);
-        let shared = cell.clone();
-        assert_eq!(shared.set(GateStatus::Disabled), GateStatus::Unknown);
-        assert_eq!(cell.get(), GateStatus::Disabled);
-        assert_eq!(cell.set(GateStatus::Enabled), GateStatus::Disabled);
-        assert_eq!(shared.get(), GateStatus::Enabled);
-    }
 
     #[test]
     fn the_probe_asks_for_two_and_reads_the_answer() {

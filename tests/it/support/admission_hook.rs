@@ -46,7 +46,7 @@ impl RouterHook {
     /// The router on a view that watches `api` (synced before this returns); the watches
     /// run until the test's runtime ends.
     pub async fn watching(api: &FakeApiServer) -> Arc<Self> {
-        let (view, driver) = watch::from_cluster(api.client());
+        let (view, driver) = watch::from_cluster(api.client(), None);
         tokio::spawn(driver);
         view.wait_synced().await.expect("the webhook's view syncs");
         Arc::new(Self::new(view, Policy::default()))

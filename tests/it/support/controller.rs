@@ -64,7 +64,7 @@ impl RunningController {
     pub fn start(api: &FakeApiServer, config: ControllerConfig) -> Self {
         let client = client(api);
         let stop = CancellationToken::new();
-        let (view, driver) = watch::from_cluster(client.clone());
+        let (view, driver) = watch::from_cluster(client.clone(), Some(CONTROLLER_NAMESPACE));
         let driver_stop = stop.clone();
         tokio::spawn(async move {
             tokio::select! {
