@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use stateful_admission::admission::offline::{self, Phases};
-use stateful_admission::admission::{Context, Phase, Policy};
+use stateful_admission::admission::{AdmissionMode, Context, Phase, Policy};
 use stateful_admission::certs::{self, rotation::Lifetimes, self_managed::SelfManagedConfig};
 use stateful_admission::cluster::{ClusterView, state_file, watch};
 use stateful_admission::controller::max_unavailable::{self, GateMode};
@@ -138,6 +138,22 @@ struct PolicyArgs {
         default_value = "system:serviceaccount:kube-system:statefulset-controller,system:kube-controller-manager"
     )]
     statefulset_controller_users: Vec<String>,
+    /// What a denial of the rules does: enforce denies the request; warn allows it unchanged
+    /// with the denial as a warning, counted in admission_would_deny_total and logged.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_ADMISSION_MODE",
+        value_enum,
+        default_value = "enforce",
+        value_name = "enforce|warn"
+    )]
+    admission_mode: AdmissionModeArg,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum AdmissionModeArg {
+    Enforce,
+    Warn,
 }
 
 impl PolicyArgs {
@@ -153,6 +169,10 @@ impl PolicyArgs {
                 .filter(|u| !u.is_empty())
                 .map(str::to_owned)
                 .collect(),
+            admission_mode: match self.admission_mode {
+                AdmissionModeArg::Enforce => AdmissionMode::Enforce,
+                AdmissionModeArg::Warn => AdmissionMode::Warn,
+            },
             ..Policy::default()
         }
     }

@@ -195,8 +195,10 @@ def test_failure_policy_and_timeout_come_from_values():
         {"webhook": {"mutating": {"failurePolicy": "Sometimes"}}},
         {"certs": {"mode": "helm"}},
         {"webhook": {"matchConditions": "maybe"}},
+        {"policy": {"admissionMode": "audit"}},
     ],
-    ids=["timeout-11", "timeout-0", "bad-failure-policy", "bad-cert-mode", "bad-match-mode"],
+    ids=["timeout-11", "timeout-0", "bad-failure-policy", "bad-cert-mode", "bad-match-mode",
+         "bad-admission-mode"],
 )
 def test_bad_values_are_refused(values):
     with pytest.raises(HelmError):
@@ -512,6 +514,8 @@ def test_policy_values_reach_the_flags():
                                         "maxUnavailableFallback": False,
                                         "expansionRecovery": False}}))["args"]
     assert "--strict-max-unavailable" in args
+    assert "--admission-mode=enforce" in container(render())["args"]
+    assert "--admission-mode=warn" in container(render({"policy": {"admissionMode": "warn"}}))["args"]
     assert "--max-unavailable-fallback=false" in args
     assert "--expansion-recovery=false" in args
     assert "--strict-max-unavailable" not in container(render())["args"]
