@@ -2,6 +2,7 @@
 
 mod certs;
 mod certs_self_managed;
+mod check;
 mod claim_rollout;
 mod claim_rules;
 mod cluster_view;
