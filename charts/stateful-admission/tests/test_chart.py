@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 from helm_python import HelmError
 
-from render import NAMESPACE, RELEASE, lint, render
+from render import NAMESPACE, RELEASE, lint, notes, render
 
 CERT_MANAGER = ("cert-manager.io/v1",)
 KUBE_VERSIONS = ["v1.27.0", "v1.28.0", "v1.30.0", "v1.33.0"]
@@ -557,3 +557,13 @@ def test_every_rendered_flag_exists_and_every_serve_flag_is_covered():
     assert known - NOT_FOR_THE_CHART <= rendered, (
         f"serve flags without a chart value: {known - NOT_FOR_THE_CHART - rendered}"
     )
+
+
+def test_notes_tell_how_to_verify_the_install():
+    text = notes()
+    assert (f"stateful-admission check --namespace {NAMESPACE} --release {RELEASE}\n"
+            in text), text
+    custom = notes({"controller": {"leaderElection": {"leaseName": "sa-lock"}},
+                    "service": {"port": 8443}}, release="db", namespace="ops")
+    assert ("stateful-admission check --namespace ops --release db --lease-name sa-lock "
+            "--service-port 8443\n") in custom, custom
