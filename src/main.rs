@@ -62,7 +62,7 @@ struct CheckArgs {
     #[arg(long, default_value = "stateful-admission")]
     release: String,
     /// Name of the controller's Lease (chart value controller.leaderElection.leaseName;
-    /// default: <fullname>-leader).
+    /// default: <fullname>-leader); the Deployment's --lease-name wins where it can be read.
     #[arg(long)]
     lease_name: Option<String>,
     /// Port of the webhook Service (chart value service.port).

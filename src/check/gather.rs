@@ -110,22 +110,23 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
 
     let features = deployment_features(&client, release).await;
     if features.controller {
+        let lease_name = features.lease.as_deref().unwrap_or(&release.lease);
         let lease = get_value(
             Api::<Lease>::namespaced(client.clone(), &release.namespace),
-            &release.lease,
+            lease_name,
         )
         .await;
         checks.push(match lease {
-            Ok(lease) => judge::lease(lease.as_ref(), &release.lease, jiff::Timestamp::now()),
+            Ok(lease) => judge::lease(lease.as_ref(), lease_name, jiff::Timestamp::now()),
             Err(why) => super::Check::failed(
                 "controller lease",
-                format!("cannot read Lease {:?}: {why}", release.lease),
+                format!("cannot read Lease {lease_name:?}: {why}"),
                 "run check as a user who may read Leases in the release namespace",
             ),
         });
     }
     let user = release.service_account_user();
-    let answers = access_reviews(config, &user, &features.needs(), &release.namespace).await;
+    let answers = access_reviews(config, &user, &features.needs(release), &release.namespace).await;
     checks.push(judge::permissions(&user, &answers));
     checks.push(judge::version(&version));
     Report { checks }
@@ -239,6 +240,7 @@ async fn access_reviews(
                     resource: Some(resource.to_owned()),
                     subresource,
                     namespace: need.in_release_namespace.then(|| namespace.to_owned()),
+                    name: need.name.clone(),
                     ..ResourceAttributes::default()
                 }),
                 ..SelfSubjectAccessReviewSpec::default()

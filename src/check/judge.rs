@@ -373,10 +373,12 @@ pub struct Access {
     pub resource: &'static str,
     /// Namespaced to the release namespace; cluster-wide otherwise.
     pub in_release_namespace: bool,
+    /// The one object the need is about, where the chart grants it by `resourceNames`.
+    pub name: Option<String>,
 }
 
 /// The switches of `serve` that change what the ServiceAccount needs (all on by default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Features {
     pub controller: bool,
     pub claim_rollout: bool,
@@ -384,6 +386,15 @@ pub struct Features {
     pub retroactive_default_class: bool,
     pub conditions: bool,
     pub max_unavailable: bool,
+    /// `--self-managed-certs`: the certificate Secret and both webhook configurations are
+    /// written by the binary, each by name.
+    pub self_managed_certs: bool,
+    /// `--lease-name`, `--cert-secret`, `--mutating-webhook-configuration`,
+    /// `--validating-webhook-configuration` where the Deployment sets them.
+    pub lease: Option<String>,
+    pub cert_secret: Option<String>,
+    pub mutating_webhook: Option<String>,
+    pub validating_webhook: Option<String>,
 }
 
 impl Default for Features {
@@ -395,6 +406,11 @@ impl Default for Features {
             retroactive_default_class: true,
             conditions: true,
             max_unavailable: true,
+            self_managed_certs: false,
+            lease: None,
+            cert_secret: None,
+            mutating_webhook: None,
+            validating_webhook: None,
         }
     }
 }
@@ -403,6 +419,13 @@ impl Features {
     /// The switches as the Deployment's container arguments set them (`--converge=false`).
     pub fn from_args(args: &[String]) -> Self {
         let off = |flag: &str| args.iter().any(|a| a == &format!("--{flag}=false"));
+        let value = |flag: &str| {
+            let prefix = format!("--{flag}=");
+            args.iter()
+                .find_map(|a| a.strip_prefix(&prefix))
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
         let controller = !off("controller");
         Self {
             controller,
@@ -411,17 +434,30 @@ impl Features {
             retroactive_default_class: controller && !off("retroactive-default-class"),
             conditions: controller && !off("statefulset-conditions"),
             max_unavailable: controller && !off("max-unavailable-driver"),
+            self_managed_certs: args
+                .iter()
+                .any(|a| a == "--self-managed-certs" || a == "--self-managed-certs=true"),
+            lease: value("lease-name"),
+            cert_secret: value("cert-secret"),
+            mutating_webhook: value("mutating-webhook-configuration"),
+            validating_webhook: value("validating-webhook-configuration"),
         }
     }
 
-    /// What the chart grants for these switches (templates/rbac.yaml), one need per line.
-    pub fn needs(&self) -> Vec<Access> {
+    /// What the chart grants for these switches (templates/rbac.yaml), one need per line;
+    /// `release` names the objects granted by name where the Deployment does not.
+    pub fn needs(&self, release: &super::Release) -> Vec<Access> {
         let a = |feature, verb, group, resource, in_release_namespace| Access {
             feature,
             verb,
             group,
             resource,
             in_release_namespace,
+            name: None,
+        };
+        let named = |access: Access, name: &str| Access {
+            name: Some(name.to_owned()),
+            ..access
         };
         let mut needs = Vec::new();
         for (group, resource) in [
@@ -433,12 +469,16 @@ impl Features {
             needs.push(a("webhook", "watch", group, resource, false));
         }
         if self.controller {
-            needs.push(a(
-                "controller",
-                "update",
-                "coordination.k8s.io",
-                "leases",
-                true,
+            let lease = self.lease.as_deref().unwrap_or(&release.lease);
+            needs.push(named(
+                a(
+                    "leader election",
+                    "update",
+                    "coordination.k8s.io",
+                    "leases",
+                    true,
+                ),
+                lease,
             ));
             needs.push(a("controller", "watch", "", "pods", false));
             needs.push(a("controller", "create", "", "events", false));
@@ -480,6 +520,33 @@ impl Features {
         if self.max_unavailable {
             needs.push(a("maxUnavailable driver", "delete", "", "pods", false));
         }
+        if self.self_managed_certs {
+            let secret = self
+                .cert_secret
+                .clone()
+                .unwrap_or_else(|| format!("{}-certs", release.fullname));
+            needs.push(named(
+                a("self-managed certificates", "update", "", "secrets", true),
+                &secret,
+            ));
+            for (resource, configured) in [
+                ("mutatingwebhookconfigurations", &self.mutating_webhook),
+                ("validatingwebhookconfigurations", &self.validating_webhook),
+            ] {
+                if let Some(name) = configured {
+                    needs.push(named(
+                        a(
+                            "self-managed certificates",
+                            "patch",
+                            "admissionregistration.k8s.io",
+                            resource,
+                            false,
+                        ),
+                        name,
+                    ));
+                }
+            }
+        }
         needs
     }
 }
@@ -507,7 +574,10 @@ pub fn permissions(service_account: &str, answers: &Result<Vec<(Access, bool)>, 
             } else {
                 format!("{}.{}", a.resource, a.group)
             };
-            format!("{} {resource} (for {})", a.verb, a.feature)
+            match &a.name {
+                Some(name) => format!("{} {resource} {name:?} (for {})", a.verb, a.feature),
+                None => format!("{} {resource} (for {})", a.verb, a.feature),
+            }
         })
         .collect();
     if denied.is_empty() {
@@ -606,12 +676,29 @@ mod tests {
         assert_eq!(all, Features::default());
         let off = Features::from_args(&["--controller=false".to_owned()]);
         assert!(!off.converge && !off.max_unavailable);
-        assert!(off.needs().iter().all(|a| a.feature == "webhook"));
+        let release = super::super::Release::of("stateful-admission", "ops");
+        assert!(off.needs(&release).iter().all(|a| a.feature == "webhook"));
+        let needs = all.needs(&release);
         assert!(
-            all.needs()
+            needs
                 .iter()
                 .any(|a| a.verb == "delete" && a.resource == "pods")
         );
+        // The chart grants the Lease by name only; a review without the name would be denied.
+        let lease = needs
+            .iter()
+            .find(|a| a.resource == "leases")
+            .expect("lease");
+        assert_eq!(lease.name.as_deref(), Some("stateful-admission-leader"));
+        let chart = Features::from_args(&[
+            "--lease-name=sa-lock".to_owned(),
+            "--self-managed-certs".to_owned(),
+            "--cert-secret=sa-certs".to_owned(),
+            "--mutating-webhook-configuration=sa".to_owned(),
+        ]);
+        let needs = chart.needs(&release);
+        let names: Vec<_> = needs.iter().filter_map(|a| a.name.as_deref()).collect();
+        assert_eq!(names, ["sa-lock", "sa-certs", "sa"]);
     }
 
     #[test]

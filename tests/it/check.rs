@@ -313,6 +313,32 @@ async fn a_denied_permission_fails_and_refused_impersonation_warns() {
         report.text()
     );
 
+    // The Lease is granted by name: the review asks about that name.
+    install.api.configure(|c| {
+        c.denied_access = vec![DeniedAccess::named(
+            &user,
+            "update",
+            "leases",
+            &format!("{NAME}-leader"),
+        )];
+    });
+    let report = check(&install.api).await;
+    assert_eq!(
+        only_failures(&report),
+        ["service account permissions"],
+        "{}",
+        report.text()
+    );
+    assert!(
+        report
+            .text()
+            .contains(
+            "may not update leases.coordination.k8s.io \"stateful-admission-leader\" (for leader election)"
+        ),
+        "{}",
+        report.text()
+    );
+
     install.api.configure(|c| c.impersonation_allowed = false);
     let report = check(&install.api).await;
     assert!(!report.failed(), "{}", report.text());

@@ -14,12 +14,13 @@ use super::Shared;
 use super::errors::ApiError;
 
 /// An access the policy refuses to `user`: `verb` on `resource` (`statefulsets`,
-/// `statefulsets/status`) of any group and namespace.
+/// `statefulsets/status`) of any group and namespace, and only the object `name` when set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeniedAccess {
     pub user: String,
     pub verb: String,
     pub resource: String,
+    pub name: Option<String>,
 }
 
 impl DeniedAccess {
@@ -28,6 +29,15 @@ impl DeniedAccess {
             user: user.to_owned(),
             verb: verb.to_owned(),
             resource: resource.to_owned(),
+            name: None,
+        }
+    }
+
+    /// Refused for the object `name` only.
+    pub fn named(user: &str, verb: &str, resource: &str, name: &str) -> Self {
+        Self {
+            name: Some(name.to_owned()),
+            ..Self::new(user, verb, resource)
         }
     }
 }
@@ -81,10 +91,12 @@ pub(super) async fn self_subject_access_review(
         "" => field("resource").to_owned(),
         sub => format!("{}/{sub}", field("resource")),
     };
-    let denied = config
-        .denied_access
-        .iter()
-        .any(|d| d.user == user && d.verb == field("verb") && d.resource == resource);
+    let denied = config.denied_access.iter().any(|d| {
+        d.user == user
+            && d.verb == field("verb")
+            && d.resource == resource
+            && d.name.as_deref().is_none_or(|name| name == field("name"))
+    });
     review["status"] = if denied {
         json!({"allowed": false, "reason": "no RBAC policy matched"})
     } else {
