@@ -15,9 +15,10 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
-use super::judge::{self, Access, Features, ServingCert};
+use super::judge::{self, Access, Features, PathProof, ServingCert, TemplateEdit};
 use super::{Release, Report};
 use crate::{field_manager, names};
+use k8s_openapi::api::apps::v1::StatefulSet;
 
 /// Name of the objects the dry runs would create (never stored).
 pub const PROBE_NAME: &str = "stateful-admission-check";
@@ -63,7 +64,14 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
     )
     .await
     .map(|(_, warnings)| warnings);
-    let (statefulset_check, path) = judge::statefulset_dry_run(&statefulset);
+    let (statefulset_check, created) = judge::statefulset_dry_run(&statefulset);
+    let edit = template_edit(&client, &release.probe_namespace).await;
+    let (edit_check, edited) = judge::template_edit_dry_run(&release.probe_namespace, &edit);
+    let path = if created == PathProof::Reached || edited == PathProof::Reached {
+        PathProof::Reached
+    } else {
+        PathProof::NotReached
+    };
     let claim = dry_run_create(
         &client,
         &format!(
@@ -106,6 +114,7 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
         }
     }
     checks.push(statefulset_check);
+    checks.push(edit_check);
     checks.push(judge::claim_dry_run(&claim, default_class.as_deref()));
 
     let features = deployment_features(&client, release).await;
@@ -264,10 +273,24 @@ async fn dry_run_create(
     url_path: &str,
     object: &Value,
 ) -> Result<(Value, Vec<String>), String> {
+    dry_run(client, url_path, None, object).await
+}
+
+/// A server-side dry-run create (`name` none) or replace of the object `name`.
+async fn dry_run(
+    client: &kube::Client,
+    url_path: &str,
+    name: Option<&str>,
+    object: &Value,
+) -> Result<(Value, Vec<String>), String> {
     let body = serde_json::to_vec(object).map_err(|e| e.to_string())?;
-    let request = kube::core::Request::new(url_path)
-        .create(&field_manager::dry_run_post(), body)
-        .map_err(|e| e.to_string())?;
+    let request = kube::core::Request::new(url_path);
+    let params = field_manager::dry_run_post();
+    let request = match name {
+        None => request.create(&params, body),
+        Some(name) => request.replace(name, &params, body),
+    }
+    .map_err(|e| e.to_string())?;
     let response = client
         .send(request.map(kube::client::Body::from))
         .await
@@ -295,6 +318,51 @@ async fn dry_run_create(
     }
     Ok((value, warnings))
 }
+
+/// A dry-run edit of the first StatefulSet in `namespace` that has volumeClaimTemplates: a
+/// label added to its first template, a change the mutating webhook records (and puts the
+/// live templates back) where the apiserver alone would refuse it.
+async fn template_edit(client: &kube::Client, namespace: &str) -> Option<TemplateEdit> {
+    let sets = Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await;
+    let sets = match sets {
+        Ok(sets) => sets,
+        Err(e) => {
+            return Some(TemplateEdit {
+                name: String::new(),
+                outcome: Err(format!("cannot list StatefulSets: {e}")),
+            });
+        }
+    };
+    let set = sets.items.into_iter().find(|s| {
+        s.spec
+            .volume_claim_templates
+            .as_ref()
+            .is_some_and(|t| !t.is_empty())
+    })?;
+    let name = set.metadata.name.clone().unwrap_or_default();
+    let outcome = match serde_json::to_value(&set) {
+        Ok(mut object) => {
+            if let Some(template) = object.pointer_mut("/spec/volumeClaimTemplates/0/metadata") {
+                if !template.get("labels").is_some_and(Value::is_object) {
+                    template["labels"] = json!({});
+                }
+                template["labels"][CHECK_LABEL] = json!("dry-run");
+            }
+            if let Some(status) = object.as_object_mut() {
+                status.remove("status");
+            }
+            let path = format!("/apis/apps/v1/namespaces/{namespace}/statefulsets");
+            dry_run(client, &path, Some(&name), &object).await
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    Some(TemplateEdit { name, outcome })
+}
+
+/// The label the template edit adds (never stored: the edit is a dry run).
+pub const CHECK_LABEL: &str = "stateful-admission.io/check";
 
 /// The text of a `Warning: 299 - "text"` header (RFC 7234 §5.5, as kube-apiserver writes it).
 pub fn warning_text(header: &str) -> String {

@@ -272,6 +272,93 @@ pub fn statefulset_dry_run(outcome: &Result<Vec<String>, String>) -> (Check, Pat
     }
 }
 
+/// A dry-run edit of an existing set's volumeClaimTemplates: which set, and the object as it
+/// would be stored with the warnings, or the apiserver's message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateEdit {
+    pub name: String,
+    pub outcome: Result<(Value, Vec<String>), String>,
+}
+
+/// The template edit is allowed because the mutating webhook records it and puts the live
+/// templates back; without the webhook the apiserver refuses it (`spec: Forbidden`).
+/// `None`: no set with templates in `namespace` to try it on.
+pub fn template_edit_dry_run(namespace: &str, edit: &Option<TemplateEdit>) -> (Check, PathProof) {
+    let name = "dry-run StatefulSet template edit";
+    let Some(edit) = edit else {
+        return (
+            Check::ok(
+                name,
+                format!(
+                    "skipped: no StatefulSet with volumeClaimTemplates in {namespace:?} to try an edit on (--probe-namespace)"
+                ),
+            ),
+            PathProof::NotReached,
+        );
+    };
+    let set = &edit.name;
+    match &edit.outcome {
+        Ok((object, warnings)) => {
+            let recorded = object
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(names::DESIRED_VOLUME_CLAIM_TEMPLATES))
+                .is_some();
+            let warned = warnings
+                .iter()
+                .any(|w| w.contains(names::DESIRED_VOLUME_CLAIM_TEMPLATES));
+            if recorded && warned {
+                (
+                    Check::ok(
+                        name,
+                        format!(
+                            "a label added to a template of StatefulSet {set:?} was recorded in {} with the webhook's warning",
+                            names::DESIRED_VOLUME_CLAIM_TEMPLATES
+                        ),
+                    ),
+                    PathProof::Reached,
+                )
+            } else {
+                (
+                    Check::failed(
+                        name,
+                        format!(
+                            "the edit of StatefulSet {set:?} came back without the webhook's record or warning"
+                        ),
+                        format!("see {}", runbook("noticing-that-the-webhook-is-down")),
+                    ),
+                    PathProof::NotReached,
+                )
+            }
+        }
+        Err(message)
+            if message.contains("updates to statefulset spec")
+                || (message.contains("Forbidden") && message.contains("volumeClaimTemplates")) =>
+        {
+            (
+                Check::failed(
+                    name,
+                    format!(
+                        "the apiserver refused the edit of StatefulSet {set:?} itself: the mutating webhook did not run ({message})"
+                    ),
+                    format!(
+                        "check the Service, its endpoints and the caBundle, see {}",
+                        runbook("noticing-that-the-webhook-is-down")
+                    ),
+                ),
+                PathProof::NotReached,
+            )
+        }
+        Err(message) => (
+            Check::failed(
+                name,
+                format!("the dry-run edit of StatefulSet {set:?} failed: {message}"),
+                format!("see {}", runbook("troubleshooting-by-symptom")),
+            ),
+            PathProof::NotReached,
+        ),
+    }
+}
+
 /// A dry-run create of a claim without `storageClassName`: the class it comes back with.
 /// The built-in DefaultStorageClass plugin may have set it before our webhook, so a class
 /// alone proves nothing about the path (the StatefulSet check does); no class where a

@@ -77,6 +77,15 @@ async fn install() -> Install {
                      "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
         "provisioner": "example.com/disk"}),
     );
+    api.put_object(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "default"},
+        "spec": {"replicas": 1, "serviceName": "db",
+                 "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": {"app": "db"}},
+                              "spec": {"containers": [{"name": "db", "image": "db:1"}]}},
+                 "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                     "spec": {"accessModes": ["ReadWriteOnce"],
+                              "resources": {"requests": {"storage": "1Gi"}}}}]}}));
     Install {
         api,
         certs,
@@ -149,27 +158,29 @@ fn only_failures(report: &Report) -> Vec<&str> {
         .collect()
 }
 
-fn assert_nothing_stored(api: &FakeApiServer) {
-    for resource in [
+/// The StatefulSets and claims as stored: the dry runs must leave them as they were.
+fn stored(api: &FakeApiServer) -> Vec<Value> {
+    [
         &resources::STATEFULSETS,
         &resources::PERSISTENT_VOLUME_CLAIMS,
-    ] {
-        assert!(
-            api.list_objects(resource as &ResourceType).is_empty(),
-            "a dry run stored an object"
-        );
-    }
+    ]
+    .into_iter()
+    .flat_map(|resource| api.list_objects(resource as &ResourceType))
+    .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_install_passes_every_check_and_stores_nothing() {
     let install = install().await;
+    let before = stored(&install.api);
+    let revision = install.api.resource_version();
     let report = check(&install.api).await;
     assert!(!report.failed(), "{}", report.text());
     for name in [
         "mutating webhook configuration",
         "validating webhook configuration",
         "dry-run StatefulSet create",
+        "dry-run StatefulSet template edit",
         "dry-run PersistentVolumeClaim create",
         "controller lease",
         "service account permissions",
@@ -183,7 +194,8 @@ async fn a_healthy_install_passes_every_check_and_stores_nothing() {
         text.contains("stateful-admission.io/max-unavailable"),
         "{text}"
     );
-    assert_nothing_stored(&install.api);
+    assert_eq!(stored(&install.api), before, "a dry run stored something");
+    assert_eq!(install.api.resource_version(), revision, "a dry run wrote");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -417,6 +429,7 @@ async fn the_binary_reads_the_kubeconfig_prints_json_and_exits_by_the_result() {
         [
             "mutating webhook configuration",
             "dry-run StatefulSet create",
+            "dry-run StatefulSet template edit",
             "dry-run PersistentVolumeClaim create"
         ],
         "{report:#}"
