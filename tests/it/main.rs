@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
+mod admission_mode;
 mod certs;
 mod certs_self_managed;
 mod check;
