@@ -54,35 +54,16 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
 
     // The dry runs first: their result stands in for the certificate check when the Secret
     // cannot be read.
-    let statefulset = dry_run_create(
-        &client,
-        &format!(
-            "/apis/apps/v1/namespaces/{}/statefulsets",
-            release.probe_namespace
-        ),
-        &probe_statefulset(&release.probe_namespace),
-    )
-    .await
-    .map(|(_, warnings)| warnings);
-    let (statefulset_check, created) = judge::statefulset_dry_run(&statefulset);
-    let edit = template_edit(&client, &release.probe_namespace).await;
-    let (edit_check, edited) = judge::template_edit_dry_run(&release.probe_namespace, &edit);
-    let path = if created == PathProof::Reached || edited == PathProof::Reached {
-        PathProof::Reached
-    } else {
-        PathProof::NotReached
+    let labels = Api::<Namespace>::all(client.clone())
+        .get_opt(&release.probe_namespace)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|ns| ns.metadata.labels);
+    let (dry_runs, path) = match judge::probe_namespace_excluded(release, labels.as_ref()) {
+        Some(skipped) => (vec![skipped], PathProof::NotReached),
+        None => dry_runs(&client, release).await,
     };
-    let claim = dry_run_create(
-        &client,
-        &format!(
-            "/api/v1/namespaces/{}/persistentvolumeclaims",
-            release.probe_namespace
-        ),
-        &probe_claim(&release.probe_namespace),
-    )
-    .await
-    .map(|(object, _)| object);
-    let default_class = default_class(&client, &release.probe_namespace).await;
 
     let cert = serving_cert(&client, release).await;
     let now = rustls::pki_types::UnixTime::now();
@@ -113,9 +94,7 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
             )),
         }
     }
-    checks.push(statefulset_check);
-    checks.push(edit_check);
-    checks.push(judge::claim_dry_run(&claim, default_class.as_deref()));
+    checks.extend(dry_runs);
 
     let features = deployment_features(&client, release).await;
     if features.controller {
@@ -139,6 +118,41 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
     checks.push(judge::permissions(&user, &answers));
     checks.push(judge::version(&version));
     Report { checks }
+}
+
+/// The dry-run StatefulSet create, template edit and claim create in the probe namespace,
+/// and whether any of them showed the webhook's answer.
+async fn dry_runs(client: &kube::Client, release: &Release) -> (Vec<super::Check>, PathProof) {
+    let namespace = &release.probe_namespace;
+    let statefulset = dry_run_create(
+        client,
+        &format!("/apis/apps/v1/namespaces/{namespace}/statefulsets"),
+        &probe_statefulset(namespace),
+    )
+    .await
+    .map(|(_, warnings)| warnings);
+    let (statefulset_check, created) = judge::statefulset_dry_run(&statefulset);
+    let edit = template_edit(client, namespace).await;
+    let (edit_check, edited) = judge::template_edit_dry_run(namespace, &edit);
+    let claim = dry_run_create(
+        client,
+        &format!("/api/v1/namespaces/{namespace}/persistentvolumeclaims"),
+        &probe_claim(namespace),
+    )
+    .await
+    .map(|(object, _)| object);
+    let default_class = default_class(client, namespace).await;
+    let path = if created == PathProof::Reached || edited == PathProof::Reached {
+        PathProof::Reached
+    } else {
+        PathProof::NotReached
+    };
+    let checks = vec![
+        statefulset_check,
+        edit_check,
+        judge::claim_dry_run(&claim, default_class.as_deref()),
+    ];
+    (checks, path)
 }
 
 async fn get_value<K>(api: Api<K>, name: &str) -> Result<Option<Value>, String>

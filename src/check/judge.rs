@@ -222,6 +222,31 @@ fn verify(ca_bundle: &str, chain_pem: &str, host: &str, now: UnixTime) -> Result
         .map_err(|e| e.to_string())
 }
 
+/// Why the webhooks never see requests in the probe namespace, if they do not: the chart
+/// excludes kube-system, the release namespace and namespaces labelled
+/// `stateful-admission.io/ignore: "true"` (the server allows those unchanged as well).
+pub fn probe_namespace_excluded(
+    release: &Release,
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<Check> {
+    let namespace = &release.probe_namespace;
+    let why = if namespace == "kube-system" || *namespace == release.namespace {
+        "the chart excludes it from both webhooks"
+    } else if labels
+        .and_then(|l| l.get(names::IGNORE_LABEL))
+        .is_some_and(|v| v == "true")
+    {
+        "it is labelled stateful-admission.io/ignore=true"
+    } else {
+        return None;
+    };
+    Some(Check::warning(
+        "dry-run requests",
+        format!("skipped: the webhooks never see namespace {namespace:?}: {why}"),
+        "name a namespace the webhooks cover with --probe-namespace",
+    ))
+}
+
 /// A dry-run StatefulSet create carrying `max-unavailable` above its replicas: the
 /// mutating webhook warns (or, with `--strict-max-unavailable`, denies) naming the annotation.
 /// `outcome` is the created object and the warnings, or the error message.
@@ -755,6 +780,22 @@ mod tests {
 
     fn lease_status(lease_json: Option<&Value>, now: jiff::Timestamp) -> &'static str {
         lease(lease_json, "l", now).status.as_str()
+    }
+
+    #[test]
+    fn a_probe_namespace_the_webhooks_skip_is_named() {
+        let mut release = Release::of("stateful-admission", "ops");
+        assert!(probe_namespace_excluded(&release, None).is_none());
+        let ignored = [(names::IGNORE_LABEL.to_owned(), "true".to_owned())].into();
+        let check = probe_namespace_excluded(&release, Some(&ignored)).expect("ignored");
+        assert!(check.message.contains("labelled"), "{}", check.message);
+        for namespace in ["ops", "kube-system"] {
+            release.probe_namespace = namespace.to_owned();
+            assert!(
+                probe_namespace_excluded(&release, None).is_some(),
+                "{namespace}"
+            );
+        }
     }
 
     #[test]

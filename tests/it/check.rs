@@ -444,3 +444,28 @@ async fn the_binary_reads_the_kubeconfig_prints_json_and_exits_by_the_result() {
     let elsewhere = run(vec!["--namespace", "other"]).await.expect("run");
     assert_eq!(elsewhere.code, 1, "{}", elsewhere.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_namespace_the_webhooks_skip_is_named_instead_of_failing() {
+    let install = install().await;
+    install
+        .api
+        .put_object(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "default", "labels": {"stateful-admission.io/ignore": "true"}}}));
+    let report = check(&install.api).await;
+    assert!(!report.failed(), "{}", report.text());
+    assert_eq!(status_of(&report, "dry-run requests"), Status::Warning);
+    assert!(
+        report.text().contains("--probe-namespace"),
+        "{}",
+        report.text()
+    );
+    assert!(
+        report
+            .checks
+            .iter()
+            .all(|c| !c.name.starts_with("dry-run StatefulSet")),
+        "{}",
+        report.text()
+    );
+}
