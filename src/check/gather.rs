@@ -113,7 +113,10 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
             ),
         });
     }
-    let user = release.service_account_user();
+    let user = match &features.service_account {
+        Some(name) => format!("system:serviceaccount:{}:{name}", release.namespace),
+        None => release.service_account_user(),
+    };
     let answers = access_reviews(config, &user, &features.needs(release), &release.namespace).await;
     checks.push(judge::permissions(&user, &answers));
     checks.push(judge::version(&version));
@@ -227,16 +230,19 @@ async fn deployment_features(client: &kube::Client, release: &Release) -> Featur
         .await
         .ok()
         .flatten();
-    let args: Vec<String> = deployment
-        .and_then(|d| d.spec.template.spec)
-        .map(|s| {
-            s.containers
-                .into_iter()
-                .flat_map(|c| c.args.unwrap_or_default())
-                .collect()
-        })
-        .unwrap_or_default();
-    Features::from_args(&args)
+    let Some(pod) = deployment.and_then(|d| d.spec.template.spec) else {
+        return Features::default();
+    };
+    let service_account = pod.service_account_name.clone().filter(|n| !n.is_empty());
+    let args: Vec<String> = pod
+        .containers
+        .into_iter()
+        .flat_map(|c| c.args.unwrap_or_default())
+        .collect();
+    Features {
+        service_account,
+        ..Features::from_args(&args)
+    }
 }
 
 /// One SelfSubjectAccessReview per need, asked as `user` by impersonation.

@@ -507,6 +507,9 @@ pub struct Features {
     pub cert_secret: Option<String>,
     pub mutating_webhook: Option<String>,
     pub validating_webhook: Option<String>,
+    /// The pods' ServiceAccount (chart value `serviceAccount.name`), where the Deployment
+    /// names one.
+    pub service_account: Option<String>,
 }
 
 impl Default for Features {
@@ -523,6 +526,7 @@ impl Default for Features {
             cert_secret: None,
             mutating_webhook: None,
             validating_webhook: None,
+            service_account: None,
         }
     }
 }
@@ -553,6 +557,7 @@ impl Features {
             cert_secret: value("cert-secret"),
             mutating_webhook: value("mutating-webhook-configuration"),
             validating_webhook: value("validating-webhook-configuration"),
+            service_account: None,
         }
     }
 

@@ -469,3 +469,49 @@ async fn a_probe_namespace_the_webhooks_skip_is_named_instead_of_failing() {
         report.text()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_decides_which_permissions_lease_and_service_account_are_checked() {
+    let install = install().await;
+    install
+        .api
+        .put_object(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": NAME, "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": "sa"}},
+                 "template": {"metadata": {"labels": {"app": "sa"}},
+                              "spec": {"serviceAccountName": "sa-runner",
+                                       "containers": [{"name": "webhook", "image": "sa:1",
+                                           "args": ["serve", "--statefulset-conditions=false",
+                                                    "--lease-name=sa-lock"]}]}}}}));
+    let runner = format!("system:serviceaccount:{NS}:sa-runner");
+    // The conditions are off: their permission is not needed.
+    install.api.configure(|c| {
+        c.denied_access = vec![DeniedAccess::new(&runner, "patch", "statefulsets/status")];
+    });
+    let mut renamed = lease(0);
+    renamed["metadata"]["name"] = json!("sa-lock");
+    install.api.put_object(renamed);
+    install
+        .api
+        .remove_object(&resources::LEASES, NS, &format!("{NAME}-leader"));
+    let report = check(&install.api).await;
+    assert!(!report.failed(), "{}", report.text());
+    assert!(
+        report.text().contains("Lease \"sa-lock\""),
+        "{}",
+        report.text()
+    );
+    assert!(report.text().contains(&runner), "{}", report.text());
+
+    // What is on is checked, as the Deployment's ServiceAccount.
+    install.api.configure(|c| {
+        c.denied_access = vec![DeniedAccess::new(&runner, "delete", "pods")];
+    });
+    let report = check(&install.api).await;
+    assert_eq!(
+        only_failures(&report),
+        ["service account permissions"],
+        "{}",
+        report.text()
+    );
+}

@@ -2,8 +2,9 @@
 //!
 //! It speaks the real wire protocol over HTTP on 127.0.0.1 so that kube's `Client`,
 //! `Api` and the runtime's watchers and reflectors run unmodified against it, for the
-//! resources the project touches: statefulsets (apps/v1); persistentvolumeclaims, pods,
-//! namespaces, configmaps, secrets and events (core v1); events (events.k8s.io/v1);
+//! resources the project touches: statefulsets and deployments (apps/v1);
+//! persistentvolumeclaims, pods, namespaces, configmaps, secrets and events (core v1);
+//! events (events.k8s.io/v1);
 //! storageclasses (storage.k8s.io/v1); leases (coordination.k8s.io/v1);
 //! mutatingwebhookconfigurations and validatingwebhookconfigurations
 //! (admissionregistration.k8s.io/v1, cluster-scoped).
