@@ -515,3 +515,15 @@ async fn the_deployment_decides_which_permissions_lease_and_service_account_are_
         report.text()
     );
 }
+
+#[test]
+fn without_a_cluster_configuration_check_exits_two() {
+    let run = run_binary_with_env(&["check"], &[("KUBECONFIG", "/nonexistent/kubeconfig")]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with("error: no cluster configuration"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stdout, "");
+}
