@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod allocator;
 pub mod certs;
+pub mod check;
 pub mod cluster;
 pub mod controller;
 pub mod field_manager;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use stateful_admission::admission::offline::{self, Phases};
-use stateful_admission::admission::{Context, Phase, Policy};
+use stateful_admission::admission::{AdmissionMode, Context, Phase, Policy};
 use stateful_admission::certs::{self, rotation::Lifetimes, self_managed::SelfManagedConfig};
 use stateful_admission::cluster::{ClusterView, state_file, watch};
 use stateful_admission::controller::max_unavailable::{self, GateMode};
@@ -43,6 +43,43 @@ enum Command {
     /// Certificate tooling for local development.
     #[command(subcommand)]
     Certs(CertsCommand),
+    /// Verify an install from outside: the webhook configurations and their caBundle,
+    /// dry-run requests through the apiserver to the webhook, the controller's Lease, the
+    /// ServiceAccount's permissions and the Kubernetes version. One line per check; exit 1
+    /// when a check failed (warnings do not fail), 2 without a cluster configuration.
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// Kubeconfig context to use (default: the current context).
+    #[arg(long)]
+    context: Option<String>,
+    /// Namespace of the release (default: the context's namespace, as Helm takes it).
+    #[arg(long, short = 'n')]
+    namespace: Option<String>,
+    /// Helm release name; the objects are named as the chart names them.
+    #[arg(long, default_value = "stateful-admission")]
+    release: String,
+    /// Name of the controller's Lease (chart value controller.leaderElection.leaseName;
+    /// default: <fullname>-leader); the Deployment's --lease-name wins where it can be read.
+    #[arg(long)]
+    lease_name: Option<String>,
+    /// Port of the webhook Service (chart value service.port).
+    #[arg(long, default_value_t = 443)]
+    service_port: i32,
+    /// Namespace for the dry-run requests: one the webhooks cover.
+    #[arg(long, default_value = "default")]
+    probe_namespace: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text", value_name = "text|json")]
+    output: CheckOutput,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CheckOutput {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -138,6 +175,22 @@ struct PolicyArgs {
         default_value = "system:serviceaccount:kube-system:statefulset-controller,system:kube-controller-manager"
     )]
     statefulset_controller_users: Vec<String>,
+    /// What a denial of the rules does: enforce denies the request; warn allows it unchanged
+    /// with the denial as a warning, counted in admission_would_deny_total and logged.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_ADMISSION_MODE",
+        value_enum,
+        default_value = "enforce",
+        value_name = "enforce|warn"
+    )]
+    admission_mode: AdmissionModeArg,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum AdmissionModeArg {
+    Enforce,
+    Warn,
 }
 
 impl PolicyArgs {
@@ -153,6 +206,10 @@ impl PolicyArgs {
                 .filter(|u| !u.is_empty())
                 .map(str::to_owned)
                 .collect(),
+            admission_mode: match self.admission_mode {
+                AdmissionModeArg::Enforce => AdmissionMode::Enforce,
+                AdmissionModeArg::Warn => AdmissionMode::Warn,
+            },
             ..Policy::default()
         }
     }
@@ -410,6 +467,72 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Review(args) => review(args),
         Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
+        Command::Check(args) => check(args),
+    }
+}
+
+fn check(args: CheckArgs) -> ExitCode {
+    use stateful_admission::check::{Release, gather};
+    telemetry::init(LogFormat::Text, "error");
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = runtime.block_on(async {
+        let config = match &args.context {
+            Some(context) => {
+                let options = kube::config::KubeConfigOptions {
+                    context: Some(context.clone()),
+                    ..Default::default()
+                };
+                kube::Config::from_kubeconfig(&options)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            None => kube::Config::infer().await.map_err(|e| e.to_string()),
+        }?;
+        let namespace = args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let mut release = Release::of(&args.release, &namespace);
+        release.service_port = args.service_port;
+        release.probe_namespace = args.probe_namespace.clone();
+        if let Some(lease) = &args.lease_name {
+            release.lease = lease.clone();
+        }
+        Ok::<_, String>(gather::run(config, &release).await)
+    });
+    let report = match report {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("error: no cluster configuration (kubeconfig or in-cluster): {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let text = match args.output {
+        CheckOutput::Text => report.text(),
+        CheckOutput::Json => match serde_json::to_string_pretty(&report) {
+            Ok(json) => json + "\n",
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    if let Err(e) = std::io::stdout().lock().write_all(text.as_bytes())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!("error: cannot write the output: {e}");
+        return ExitCode::FAILURE;
+    }
+    if report.failed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -57,6 +57,8 @@ pub struct Policy {
     /// Usernames the StatefulSet controller creates claims as: only their claims get a set's
     /// stored template values. Shared, as the policy is copied for every request.
     pub statefulset_controller_users: Arc<[String]>,
+    /// What a denial of the rules does to the request: deny it, or only warn.
+    pub admission_mode: AdmissionMode,
 }
 
 impl Default for Policy {
@@ -70,6 +72,7 @@ impl Default for Policy {
                 .iter()
                 .map(|u| (*u).to_owned())
                 .collect(),
+            admission_mode: AdmissionMode::Enforce,
         }
     }
 }
@@ -128,6 +131,79 @@ impl GateStatus {
             Self::Unknown => "unknown",
         }
     }
+}
+
+/// What the webhook does with a request its rules deny.
+///
+/// In `Warn` mode (Kyverno's `Audit`, Gatekeeper's `warn` enforcement action) such a request
+/// is allowed exactly as it came: the denial message goes back as the first warning, and the
+/// patch computed alongside the denial is dropped, as in `Enforce` mode. A denied request's
+/// patch was never meant to be stored on its own (an edit of a set's templates that is denied
+/// for one template is not recorded for the others), so the object is stored as the client
+/// sent it and whatever the apiserver's own validation says about it still holds (a template
+/// change passed on unchanged is then refused by the apiserver itself). Requests the rules
+/// allow, including those the mutation makes acceptable, are mutated in both modes alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AdmissionMode {
+    #[default]
+    Enforce,
+    Warn,
+}
+
+impl AdmissionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enforce => "enforce",
+            Self::Warn => "warn",
+        }
+    }
+}
+
+/// Starts the warning that carries a denial the `Warn` mode let through.
+pub const WOULD_DENY_PREFIX: &str = "would be denied (admission mode warn)";
+
+/// A denial that [`AdmissionMode::Warn`] turned into a warning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WouldDeny {
+    /// The status reason the denial would carry: `Invalid` or `Forbidden`.
+    pub reason: &'static str,
+    /// The denial's message, as the client would have seen it.
+    pub message: String,
+}
+
+/// Applies `mode` to the verdict of one phase: the one place where a denial becomes a warning.
+/// In `Enforce` mode the verdict is returned as it is.
+pub fn apply_mode(
+    mode: AdmissionMode,
+    req: &AdmissionRequest<DynamicObject>,
+    verdict: Verdict,
+) -> (Verdict, Option<WouldDeny>) {
+    let Verdict {
+        denial,
+        patch,
+        warnings,
+    } = verdict;
+    let denial = match (mode, denial) {
+        (AdmissionMode::Warn, Some(denial)) => denial,
+        (_, denial) => {
+            let verdict = Verdict {
+                denial,
+                patch,
+                warnings,
+            };
+            return (verdict, None);
+        }
+    };
+    let reason = match denial {
+        Denial::Invalid(_) => "Invalid",
+        Denial::Forbidden(_) => "Forbidden",
+    };
+    let message = denial_status(req, denial).message;
+    // First, so that the apiserver's cut of long warning lists never drops it.
+    let mut allowed = Verdict::allow();
+    allowed.warn_all(warning::Warning::new(WOULD_DENY_PREFIX).fact(message.clone()));
+    allowed.warnings.extend(warnings);
+    (allowed, Some(WouldDeny { reason, message }))
 }
 
 /// Everything a rule may consult besides the request.

@@ -7,7 +7,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use serde_json::Value;
 
-use super::{Context, Phase, Verdict, evaluate, respond, wire};
+use super::{Context, Phase, Verdict, WouldDeny, apply_mode, evaluate, respond, wire};
 
 /// Which webhooks to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +39,8 @@ pub struct Outcome {
     /// The object after the returned patch (the request's object when nothing was patched or
     /// the request was denied).
     pub object: Option<Value>,
+    /// Denials the admission mode `warn` turned into warnings, one per phase at most.
+    pub would_deny: Vec<WouldDeny>,
 }
 
 impl Outcome {
@@ -75,9 +77,17 @@ pub fn review(raw: &[u8], phases: Phases, ctx: &Context<'_>) -> Result<Outcome, 
     let raw: Value = serde_json::from_slice(raw).map_err(|e| BadReview::NotJson(e.to_string()))?;
     let object = raw.pointer("/request/object").filter(|o| !o.is_null());
 
+    let mut would_deny = Vec::new();
+    // Each phase's verdict as the webhook answers it, in the policy's admission mode.
+    let mut judge = |phase: Phase, req: &AdmissionRequest<DynamicObject>| {
+        let (verdict, denial) =
+            apply_mode(ctx.policy.admission_mode, req, evaluate(phase, req, ctx));
+        would_deny.extend(denial);
+        verdict
+    };
     let (verdict, object) = match phases {
         Phases::Only(phase) => {
-            let verdict = evaluate(phase, &req, ctx);
+            let verdict = judge(phase, &req);
             let object = if verdict.is_allowed() {
                 apply(object, &verdict)?
             } else {
@@ -86,17 +96,17 @@ pub fn review(raw: &[u8], phases: Phases, ctx: &Context<'_>) -> Result<Outcome, 
             (verdict, object)
         }
         Phases::Both => {
-            let mutated = evaluate(Phase::Mutate, &req, ctx);
+            let mutated = judge(Phase::Mutate, &req);
             if !mutated.is_allowed() {
                 (mutated, object.cloned())
             } else if mutated.patch.is_empty() {
                 // Nothing patched: validation sees the request's object as it came.
-                let validated = evaluate(Phase::Validate, &req, ctx);
+                let validated = judge(Phase::Validate, &req);
                 (combine(mutated, validated), object.cloned())
             } else {
                 let patched = apply(object, &mutated)?;
                 let validate_req = with_object(&req, patched.as_ref())?;
-                let validated = evaluate(Phase::Validate, &validate_req, ctx);
+                let validated = judge(Phase::Validate, &validate_req);
                 (combine(mutated, validated), patched)
             }
         }
@@ -110,6 +120,7 @@ pub fn review(raw: &[u8], phases: Phases, ctx: &Context<'_>) -> Result<Outcome, 
         review,
         allowed,
         object,
+        would_deny,
     })
 }
 
@@ -164,6 +175,7 @@ mod tests {
                            "response": response}),
             allowed: true,
             object: None,
+            would_deny: Vec::new(),
         }
     }
 

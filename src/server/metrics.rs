@@ -17,6 +17,13 @@ pub struct ReviewLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WouldDenyLabels {
+    pub endpoint: &'static str,
+    pub resource: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabels {
     pub endpoint: &'static str,
 }
@@ -39,6 +46,7 @@ pub struct Metrics {
     latency: Family<ReviewLabels, Histogram>,
     in_flight: Family<EndpointLabels, Gauge>,
     rejected: Family<RejectLabels, Counter>,
+    would_deny: Family<WouldDenyLabels, Counter>,
     cert_reloads: Family<ResultLabels, Counter>,
     cert_expiry: Gauge,
 }
@@ -54,6 +62,7 @@ impl Metrics {
             }),
             in_flight: Family::default(),
             rejected: Family::default(),
+            would_deny: Family::default(),
             cert_reloads: Family::default(),
             cert_expiry: Gauge::default(),
         };
@@ -78,6 +87,11 @@ impl Metrics {
             metrics.rejected.clone(),
         );
         registry.register(
+            "admission_would_deny",
+            "Reviews the rules deny that the admission mode warn allowed with a warning, by endpoint, resource and reason (Invalid or Forbidden)",
+            metrics.would_deny.clone(),
+        );
+        registry.register(
             "certificate_reloads",
             "Serving certificate reloads, by result",
             metrics.cert_reloads.clone(),
@@ -98,6 +112,16 @@ impl Metrics {
     pub fn rejected(&self, endpoint: &'static str, code: u16) {
         self.rejected
             .get_or_create(&RejectLabels { endpoint, code })
+            .inc();
+    }
+
+    pub fn would_deny(&self, endpoint: &'static str, resource: &str, reason: &'static str) {
+        self.would_deny
+            .get_or_create(&WouldDenyLabels {
+                endpoint,
+                resource: resource.to_owned(),
+                reason,
+            })
             .inc();
     }
 

@@ -253,7 +253,28 @@ async fn handle(
             view: &state.view,
             policy: &policy,
         };
-        let verdict = (state.evaluator)(phase, &req, &ctx);
+        let (verdict, would_deny) = admission::apply_mode(
+            policy.admission_mode,
+            &req,
+            (state.evaluator)(phase, &req, &ctx),
+        );
+        if let Some(would_deny) = &would_deny {
+            // The denial a user would have seen, for whoever decides to switch to enforce.
+            tracing::info!(
+                endpoint,
+                uid = %req.uid,
+                kind = %req.kind.kind,
+                namespace = req.namespace.as_deref().unwrap_or(""),
+                name = %req.name,
+                operation = ?req.operation,
+                reason = would_deny.reason,
+                message = %would_deny.message,
+                "would deny (admission mode warn)"
+            );
+            state
+                .metrics
+                .would_deny(endpoint, &req.resource.resource, would_deny.reason);
+        }
         let (allowed, mutated) = (verdict.is_allowed(), verdict.is_mutated());
         let warned = !verdict.warnings.is_empty();
         let response = admission::respond(&req, verdict).into_review();

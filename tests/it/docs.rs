@@ -177,3 +177,80 @@ fn slugs_follow_github() {
         BTreeSet::from(["a".to_owned(), "a-1".to_owned(), "a-2".to_owned()])
     );
 }
+
+#[test]
+fn the_runbook_anchors_check_links_exist() {
+    let runbooks = anchors(&read(&repo().join("docs/runbooks.md")));
+    let mut linked = 0;
+    for file in ["src/check/judge.rs", "src/check/gather.rs"] {
+        let source = read(&repo().join(file));
+        for part in source.split("runbook(\"").skip(1) {
+            let anchor = part.split('"').next().unwrap_or_default();
+            assert!(
+                runbooks.contains(anchor),
+                "{file}: docs/runbooks.md has no #{anchor}"
+            );
+            linked += 1;
+        }
+    }
+    assert!(linked >= 8, "only {linked} runbook links found");
+}
+
+/// The version table of docs/runbooks.md and the one `check` uses say the same: for every
+/// version a row names, KEP-961 and KEP-3333 are native exactly where the row says the gate
+/// is on (or the feature GA).
+#[test]
+fn the_runbook_version_table_agrees_with_check() {
+    use stateful_admission::check::versions::{Version, native};
+    let text = read(&repo().join("docs/runbooks.md"));
+    let section = text
+        .split("### What each version implements natively")
+        .nth(1)
+        .and_then(|s| s.split("\n### ").next())
+        .expect("the version table section");
+    let mut rows = 0;
+    for line in section.lines().filter(|l| l.starts_with("| 1.")) {
+        let cells: Vec<String> = line
+            .split('|')
+            .map(|c| c.replace("**", "").trim().to_owned())
+            .collect();
+        // ["", versions, 4650, 961, 3333, 284, 2804, ""]
+        let (versions, kep_961, kep_3333) = (&cells[1], &cells[3], &cells[4]);
+        let named: Vec<Version> = versions
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|t| t.starts_with("1."))
+            .filter_map(Version::parse)
+            .collect();
+        // "1.35.4 and later 1.35 patches" names 1.35 for its later patches, not 1.35.0.
+        let named: Vec<Version> = named
+            .iter()
+            .filter(|v| v.patch != 0 || !named.iter().any(|w| w.minor == v.minor && w.patch != 0))
+            .copied()
+            .collect();
+        assert!(!named.is_empty(), "no version in {line}");
+        for version in named {
+            let table = native(version);
+            let of = |kep: &str| {
+                table
+                    .iter()
+                    .find(|n| n.kep == kep)
+                    .map(|n| n.native)
+                    .expect("kep")
+            };
+            assert_eq!(
+                of("KEP-961"),
+                kep_961.contains("gate on"),
+                "{version}: KEP-961 in {line}"
+            );
+            assert_eq!(
+                of("KEP-3333"),
+                kep_3333.contains("gate on") || kep_3333.starts_with("GA"),
+                "{version}: KEP-3333 in {line}"
+            );
+            assert!(!of("KEP-4650") && cells[2] == "no", "{version}: {line}");
+            assert!(!of("KEP-2804") && cells[6] == "no", "{version}: {line}");
+            rows += 1;
+        }
+    }
+    assert!(rows >= 10, "only {rows} versions read from the table");
+}

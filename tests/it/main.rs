@@ -1,7 +1,9 @@
 //! Integration tests: one binary, one module per area.
 
+mod admission_mode;
 mod certs;
 mod certs_self_managed;
+mod check;
 mod claim_rollout;
 mod claim_rules;
 mod cluster_view;

@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 use stateful_admission::admission::Policy;
 use stateful_admission::cluster::{ClusterView, state_file};
 
-use crate::common::{app, fixture_path, patch_of, review_response, run_binary, temp_file};
+use crate::common::{
+    app, fixture_path, patch_of, review_response, run_binary, run_binary_with_env, temp_file,
+};
 
 fn path(p: &std::path::Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -473,4 +475,61 @@ fn bad_combinations_and_values_of_patch_and_show_exit_two() {
     // The DELETE itself is fine to review: allowed unchanged.
     let run = run_binary(&["review", path(delete.path())], None);
     assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+#[test]
+fn admission_mode_warn_allows_a_denied_review_with_the_denial_as_a_warning() {
+    let review = example("reviews/statefulset-storage-class-change.json");
+    let state = example("cluster.yaml");
+    let args = |mode: &'static str| {
+        vec![
+            "review",
+            "--state",
+            path(&state),
+            "--admission-mode",
+            mode,
+            path(&review),
+        ]
+    };
+    let enforce = run_binary(&args("enforce"), None);
+    assert_eq!(enforce.code, 1, "{}", enforce.stderr);
+    let message = enforce.json()["response"]["status"]["message"].clone();
+    assert!(
+        message.as_str().is_some_and(|m| m.contains("Forbidden")),
+        "{message}"
+    );
+
+    let warn = run_binary(&args("warn"), None);
+    assert_eq!(warn.code, 0, "{}", warn.stderr);
+    let response = warn.json()["response"].clone();
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none(), "{response}");
+    let first = response["warnings"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let message = message.as_str().unwrap_or_default();
+    assert!(
+        first.starts_with("would be denied (admission mode warn): ")
+            && message.starts_with(
+                first
+                    .trim_start_matches("would be denied (admission mode warn): ")
+                    .trim_end_matches(" (continued)")
+            ),
+        "{first}"
+    );
+
+    // The environment variable the chart sets works too; a bad mode is bad input.
+    let from_env = run_binary_with_env(
+        &[
+            "review",
+            "--state",
+            path(&example("cluster.yaml")),
+            path(&review),
+        ],
+        &[("STATEFUL_ADMISSION_ADMISSION_MODE", "warn")],
+    );
+    assert_eq!(from_env.code, 0, "{}", from_env.stderr);
+    let bad = run_binary(&args("audit"), None);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
 }

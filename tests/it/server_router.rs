@@ -480,3 +480,71 @@ async fn reviews_a_user_sees_the_effect_of_are_logged_at_info() {
     assert_eq!(logged[1]["level"], "INFO");
     assert!(logged[1]["fields"]["uid"].is_string());
 }
+
+#[tokio::test]
+async fn in_warn_mode_a_denial_is_allowed_unchanged_with_the_denial_as_a_warning() {
+    use prometheus_client::registry::Registry;
+    use stateful_admission::admission::{AdmissionMode, FieldError, WOULD_DENY_PREFIX};
+    use stateful_admission::server::metrics::Metrics;
+    use stateful_admission::server::routes::{self, AdmissionState};
+    use std::sync::Arc;
+    fn deny_and_patch(
+        _: Phase,
+        _: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
+        _: &Context<'_>,
+    ) -> Verdict {
+        let mut v = Verdict::invalid(vec![FieldError::forbidden("spec.a", "may not change")]);
+        v.patch.push(
+            serde_json::from_value(json!({"op": "remove", "path": "/spec/replicas"})).expect("op"),
+        );
+        v.warn("careful");
+        v
+    }
+    let app = |mode: AdmissionMode| {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        let policy = Policy {
+            admission_mode: mode,
+            ..Policy::default()
+        };
+        let mut state = AdmissionState::new(ClusterView::empty(), policy, metrics);
+        state.evaluator = deny_and_patch;
+        (routes::router(Arc::new(state)), registry)
+    };
+    let review = fixture("apiserver/statefulset-update-vct-change.mutate.json");
+    let message = "StatefulSet.apps \"web\" is invalid: spec.a: Forbidden: may not change";
+
+    let (warn, registry) = app(AdmissionMode::Warn);
+    let (status, body) = post_review(&warn, "/mutate", &review).await;
+    assert_eq!(status, StatusCode::OK);
+    let response = &body["response"];
+    assert_eq!(response["uid"], review["request"]["uid"]);
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(response["status"].get("code").is_none(), "{response}");
+    // The patch that came with the denial is not applied: the object is stored as sent.
+    assert!(response.get("patch").is_none(), "{response}");
+    assert_eq!(
+        response["warnings"],
+        json!([format!("{WOULD_DENY_PREFIX}: {message}"), "careful"])
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    assert!(
+        text.contains(r#"admission_would_deny_total{endpoint="mutate",resource="statefulsets",reason="Invalid"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"admission_requests_total{endpoint="mutate",resource="statefulsets",operation="UPDATE",allowed="true",mutated="false"} 1"#),
+        "{text}"
+    );
+
+    // The same rules in enforce mode deny, and count nothing as would-deny.
+    let (enforce, registry) = app(AdmissionMode::Enforce);
+    let (_, body) = post_review(&enforce, "/mutate", &review).await;
+    assert_eq!(body["response"]["allowed"], false);
+    assert_eq!(body["response"]["status"]["message"], message);
+    assert_eq!(body["response"]["warnings"], json!(["careful"]));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    assert!(!text.contains("admission_would_deny_total{"), "{text}");
+}

@@ -56,8 +56,20 @@ def render(
         json.dumps(values) if values else None,
         json.dumps(options),
     )
-    manifest = json.loads(payload)["manifest"]
+    release_info = json.loads(payload)
+    _last_notes[0] = release_info.get("notes", "")
+    manifest = release_info["manifest"]
     return [doc for doc in yaml.safe_load_all(manifest) if doc]
+
+
+# NOTES.txt as the last render made it.
+_last_notes: list[str] = [""]
+
+
+def notes(values: dict[str, Any] | None = None, **kwargs: Any) -> str:
+    """The rendered NOTES.txt, as `helm install` prints it."""
+    render(values, **kwargs)
+    return _last_notes[0]
 
 
 def lint(values: dict[str, Any] | None = None, *, kube_version: str = "v1.31.0") -> dict[str, Any]:

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 from helm_python import HelmError
 
-from render import NAMESPACE, RELEASE, lint, render
+from render import NAMESPACE, RELEASE, lint, notes, render
 
 CERT_MANAGER = ("cert-manager.io/v1",)
 KUBE_VERSIONS = ["v1.27.0", "v1.28.0", "v1.30.0", "v1.33.0"]
@@ -195,8 +195,10 @@ def test_failure_policy_and_timeout_come_from_values():
         {"webhook": {"mutating": {"failurePolicy": "Sometimes"}}},
         {"certs": {"mode": "helm"}},
         {"webhook": {"matchConditions": "maybe"}},
+        {"policy": {"admissionMode": "audit"}},
     ],
-    ids=["timeout-11", "timeout-0", "bad-failure-policy", "bad-cert-mode", "bad-match-mode"],
+    ids=["timeout-11", "timeout-0", "bad-failure-policy", "bad-cert-mode", "bad-match-mode",
+         "bad-admission-mode"],
 )
 def test_bad_values_are_refused(values):
     with pytest.raises(HelmError):
@@ -512,6 +514,8 @@ def test_policy_values_reach_the_flags():
                                         "maxUnavailableFallback": False,
                                         "expansionRecovery": False}}))["args"]
     assert "--strict-max-unavailable" in args
+    assert "--admission-mode=enforce" in container(render())["args"]
+    assert "--admission-mode=warn" in container(render({"policy": {"admissionMode": "warn"}}))["args"]
     assert "--max-unavailable-fallback=false" in args
     assert "--expansion-recovery=false" in args
     assert "--strict-max-unavailable" not in container(render())["args"]
@@ -553,3 +557,13 @@ def test_every_rendered_flag_exists_and_every_serve_flag_is_covered():
     assert known - NOT_FOR_THE_CHART <= rendered, (
         f"serve flags without a chart value: {known - NOT_FOR_THE_CHART - rendered}"
     )
+
+
+def test_notes_tell_how_to_verify_the_install():
+    text = notes()
+    assert (f"stateful-admission check --namespace {NAMESPACE} --release {RELEASE}\n"
+            in text), text
+    custom = notes({"controller": {"leaderElection": {"leaseName": "sa-lock"}},
+                    "service": {"port": 8443}}, release="db", namespace="ops")
+    assert ("stateful-admission check --namespace ops --release db --lease-name sa-lock "
+            "--service-port 8443\n") in custom, custom

@@ -46,10 +46,15 @@ impl RouterHook {
     /// The router on a view that watches `api` (synced before this returns); the watches
     /// run until the test's runtime ends.
     pub async fn watching(api: &FakeApiServer) -> Arc<Self> {
+        Self::watching_with(api, Policy::default()).await
+    }
+
+    /// [`watching`](Self::watching) with the rules' `policy`.
+    pub async fn watching_with(api: &FakeApiServer, policy: Policy) -> Arc<Self> {
         let (view, driver) = watch::from_cluster(api.client(), None);
         tokio::spawn(driver);
         view.wait_synced().await.expect("the webhook's view syncs");
-        Arc::new(Self::new(view, Policy::default()))
+        Arc::new(Self::new(view, policy))
     }
 
     /// Puts a webhook watching `api` into its write path.

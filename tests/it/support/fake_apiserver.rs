@@ -2,8 +2,9 @@
 //!
 //! It speaks the real wire protocol over HTTP on 127.0.0.1 so that kube's `Client`,
 //! `Api` and the runtime's watchers and reflectors run unmodified against it, for the
-//! resources the project touches: statefulsets (apps/v1); persistentvolumeclaims, pods,
-//! namespaces, configmaps, secrets and events (core v1); events (events.k8s.io/v1);
+//! resources the project touches: statefulsets and deployments (apps/v1);
+//! persistentvolumeclaims, pods, namespaces, configmaps, secrets and events (core v1);
+//! events (events.k8s.io/v1);
 //! storageclasses (storage.k8s.io/v1); leases (coordination.k8s.io/v1);
 //! mutatingwebhookconfigurations and validatingwebhookconfigurations
 //! (admissionregistration.k8s.io/v1, cluster-scoped).
@@ -43,7 +44,9 @@
 //!   `kubernetes.io/tls` Secret needs `tls.crt` and `tls.key`;
 //! - delete with uid/resourceVersion preconditions and the garbage collector's orphaning;
 //!   other propagation policies are only recorded: dependents are never deleted;
-//! - `dryRun=All` validates (and admits) and answers without storing.
+//! - `dryRun=All` validates (and admits) and answers without storing;
+//! - `/version` and `SelfSubjectAccessReview` ([`authz`]) with a policy and an impersonation
+//!   switch the test sets.
 //!
 //! Not modelled: authentication (impersonation headers only name the user webhooks see),
 //! namespace lifecycle (objects may be created in namespaces that do not exist; deleting a
@@ -56,6 +59,7 @@
 
 pub mod admission;
 mod apply;
+pub mod authz;
 mod errors;
 mod http;
 pub mod managed_fields;
@@ -110,6 +114,12 @@ pub struct FakeApiConfig {
     pub watch_history_limit: usize,
     /// How many requests the request log keeps (oldest dropped first).
     pub request_log_limit: usize,
+    /// `gitVersion` of `/version`.
+    pub git_version: String,
+    /// Whether the client may impersonate (`Impersonate-User`) for an access review.
+    pub impersonation_allowed: bool,
+    /// What `SelfSubjectAccessReview` answers as refused; everything else is allowed.
+    pub denied_access: Vec<authz::DeniedAccess>,
 }
 
 impl Default for FakeApiConfig {
@@ -121,6 +131,9 @@ impl Default for FakeApiConfig {
             bookmark_interval: Duration::from_secs(1),
             watch_history_limit: 10_000,
             request_log_limit: 100_000,
+            git_version: "v1.33.0".to_owned(),
+            impersonation_allowed: true,
+            denied_access: Vec::new(),
         }
     }
 }

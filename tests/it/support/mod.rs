@@ -7,6 +7,7 @@ pub mod admission_hook;
 pub mod controller;
 #[allow(dead_code)]
 pub mod fake_apiserver;
+pub mod https_hook;
 #[allow(dead_code)]
 pub mod scale_cluster;
 #[allow(dead_code)]

@@ -18,7 +18,8 @@
 //! the response AdmissionReview or a [`CallError`], which the webhook's
 //! [`FailurePolicy`] turns into a 500 (`Fail`) or nothing (`Ignore`). A denial becomes the
 //! response `Status` (`admission webhook "<name>" denied the request: <message>`), warnings
-//! become `Warning: 299 - "<text>"` headers. Not modelled: reinvocation of mutating webhooks,
+//! become `Warning: 299 - "<text>"` headers (on a failed write too, as the apiserver adds each
+//! header when the warning is given). Not modelled: reinvocation of mutating webhooks,
 //! matchConditions, timeouts, and the validation of managedFields a webhook changed.
 
 use std::sync::Arc;
@@ -236,7 +237,8 @@ pub(super) async fn write(
             &prepared,
             &mut warnings,
         )
-        .await?;
+        .await
+        .map_err(|e| e.with_warnings(&warnings))?;
         if request.target == Target::Main {
             registry::apply_defaults(
                 &config,
@@ -245,7 +247,8 @@ pub(super) async fn write(
                 &mut prepared.object,
             );
         }
-        let prepared = complete(&mut shared.store(), &config, request, prepared)?;
+        let prepared = complete(&mut shared.store(), &config, request, prepared)
+            .map_err(|e| e.with_warnings(&warnings))?;
         run_hooks(
             shared,
             &hooks,
@@ -254,7 +257,8 @@ pub(super) async fn write(
             &prepared,
             &mut warnings,
         )
-        .await?;
+        .await
+        .map_err(|e| e.with_warnings(&warnings))?;
         let mut store = shared.store();
         let (namespace, name) = namespace_and_name(&prepared.object);
         let now = store.get(request.resource, &namespace, &name);

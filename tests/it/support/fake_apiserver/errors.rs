@@ -14,6 +14,9 @@ pub struct ApiError {
     pub reason: &'static str,
     pub message: String,
     pub details: Option<Value>,
+    /// Admission warnings given before the failure: the apiserver writes each into a
+    /// `Warning` header as it is added, so a failed write carries them too.
+    pub warnings: Vec<String>,
 }
 
 impl ApiError {
@@ -23,7 +26,14 @@ impl ApiError {
             reason,
             message: message.into(),
             details: None,
+            warnings: Vec::new(),
         }
+    }
+
+    /// This failure with the warnings given before it.
+    pub fn with_warnings(mut self, warnings: &[String]) -> Self {
+        self.warnings.extend(warnings.iter().cloned());
+        self
     }
 
     fn with_details(mut self, details: Value) -> Self {
@@ -179,6 +189,7 @@ impl ApiError {
             reason,
             message,
             details,
+            warnings: Vec::new(),
         }
     }
 
@@ -259,7 +270,16 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (code, axum::Json(self.to_status())).into_response()
+        let mut response = (code, axum::Json(self.to_status())).into_response();
+        for warning in &self.warnings {
+            let header = super::admission::warning_header(warning);
+            if let Ok(value) = axum::http::HeaderValue::from_str(&header) {
+                response
+                    .headers_mut()
+                    .append(axum::http::header::WARNING, value);
+            }
+        }
+        response
     }
 }
 

@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::Shared;
 use super::admission::{self, UserInfo, WriteBody, WriteRequest};
 use super::apply;
+use super::authz;
 use super::errors::ApiError;
 use super::pagination::{self, ListRequest};
 use super::registry::{self, DeleteOptions, PatchKind, Target, Writer};
@@ -33,6 +34,11 @@ const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 pub fn router(shared: Arc<Shared>) -> Router {
     let resource = any(serve_resource);
     Router::new()
+        .route("/version", axum::routing::get(authz::version))
+        .route(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            axum::routing::post(authz::self_subject_access_review),
+        )
         .route("/api/{version}/{plural}", resource.clone())
         .route("/api/{version}/{plural}/{name}", resource.clone())
         .route(

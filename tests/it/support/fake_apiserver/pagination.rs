@@ -335,5 +335,6 @@ fn too_large(requested: u64, current: u64) -> ApiError {
         details: Some(
             json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
         ),
+        warnings: Vec::new(),
     }
 }

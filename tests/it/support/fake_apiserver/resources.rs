@@ -224,9 +224,22 @@ pub static VALIDATING_WEBHOOK_CONFIGURATIONS: ResourceType = ResourceType {
     field_labels: &[],
 };
 
+/// Stored and served, with no controller behind them (`check` reads the release's).
+pub static DEPLOYMENTS: ResourceType = ResourceType {
+    group: "apps",
+    version: "v1",
+    plural: "deployments",
+    kind: "Deployment",
+    namespaced: true,
+    status_subresource: true,
+    tracks_generation: true,
+    field_labels: &[],
+};
+
 /// Every served type.
-pub static ALL: [&ResourceType; 12] = [
+pub static ALL: [&ResourceType; 13] = [
     &STATEFULSETS,
+    &DEPLOYMENTS,
     &PERSISTENT_VOLUME_CLAIMS,
     &PODS,
     &NAMESPACES,

@@ -1,0 +1,848 @@
+//! The checks as pure functions of what [`super::gather`] fetched.
+
+use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::ServerCertVerifier;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use serde_json::Value;
+
+use super::versions::{self, Version};
+use super::{Check, Release, runbook};
+use crate::names;
+
+/// The serving certificate as found in the release's Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServingCert {
+    /// `tls.crt` of the Secret named (PEM: the leaf first, then any intermediates).
+    Read { secret: String, chain_pem: String },
+    /// Why it could not be read (no such Secret, forbidden).
+    Unreadable(String),
+}
+
+/// What the dry-run requests showed about the apiserver → Service → pod path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathProof {
+    /// A response carried our mutation or warning: the apiserver called the webhook and
+    /// trusted its certificate.
+    Reached,
+    NotReached,
+}
+
+/// `kind` is `mutating` or `validating`; `config` the configuration named like the release.
+pub fn webhook_configuration(
+    kind: &str,
+    config: Option<&Value>,
+    release: &Release,
+    cert: &ServingCert,
+    path: PathProof,
+    now: UnixTime,
+) -> Check {
+    let (type_name, endpoint) = match kind {
+        "mutating" => ("MutatingWebhookConfiguration", "/mutate"),
+        _ => ("ValidatingWebhookConfiguration", "/validate"),
+    };
+    let name = format!("{kind} webhook configuration");
+    let Some(config) = config else {
+        return Check::failed(
+            name,
+            format!("{type_name} {:?} not found", release.fullname),
+            format!(
+                "install or upgrade the chart (or turn the webhook back on), see {}",
+                runbook("putting-them-back-with-helm")
+            ),
+        );
+    };
+    let webhooks = config
+        .get("webhooks")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if webhooks.is_empty() {
+        return Check::failed(
+            name,
+            format!("{type_name} {:?} has no webhooks", release.fullname),
+            format!(
+                "reinstall the chart, see {}",
+                runbook("putting-them-back-with-helm")
+            ),
+        );
+    }
+    let mut problems = Vec::new();
+    let mut bundles = Vec::new();
+    for (i, webhook) in webhooks.iter().enumerate() {
+        let at = format!("webhooks[{i}].clientConfig");
+        let client = webhook.get("clientConfig");
+        let service = client.and_then(|c| c.get("service"));
+        let Some(service) = service else {
+            problems.push(format!("{at}.service: not set (a url instead?)"));
+            continue;
+        };
+        let field = |k: &str| service.get(k).and_then(Value::as_str).unwrap_or("");
+        if field("namespace") != release.namespace {
+            problems.push(format!(
+                "{at}.service.namespace: {:?}, expected {:?}",
+                field("namespace"),
+                release.namespace
+            ));
+        }
+        if field("name") != release.fullname {
+            problems.push(format!(
+                "{at}.service.name: {:?}, expected {:?}",
+                field("name"),
+                release.fullname
+            ));
+        }
+        let port = service.get("port").and_then(Value::as_i64).unwrap_or(443);
+        if port != i64::from(release.service_port) {
+            problems.push(format!(
+                "{at}.service.port: {port}, expected {}",
+                release.service_port
+            ));
+        }
+        if field("path") != endpoint {
+            problems.push(format!(
+                "{at}.service.path: {:?}, expected {endpoint:?}",
+                field("path")
+            ));
+        }
+        match client
+            .and_then(|c| c.get("caBundle"))
+            .and_then(Value::as_str)
+            .filter(|b| !b.is_empty())
+        {
+            Some(bundle) => bundles.push((at, bundle)),
+            None => problems.push(format!("{at}.caBundle: empty")),
+        }
+    }
+    if problems.iter().any(|p| p.ends_with("caBundle: empty")) {
+        return Check::failed(
+            name,
+            problems.join("; "),
+            format!(
+                "the certificate source has not injected the CA yet, see {}",
+                runbook("cabundle-not-injected")
+            ),
+        );
+    }
+    if !problems.is_empty() {
+        return Check::failed(
+            name,
+            problems.join("; "),
+            format!(
+                "the configuration does not name this release's Service; check --release and --namespace, or reinstall, see {}",
+                runbook("putting-them-back-with-helm")
+            ),
+        );
+    }
+    match cert {
+        ServingCert::Read { secret, chain_pem } => {
+            let host = format!("{}.{}.svc", release.fullname, release.namespace);
+            for (at, bundle) in &bundles {
+                if let Err(why) = verify(bundle, chain_pem, &host, now) {
+                    return Check::failed(
+                        name,
+                        format!(
+                            "{at}.caBundle does not verify the serving certificate in Secret {secret:?} for {host}: {why}"
+                        ),
+                        format!(
+                            "the apiserver will refuse the webhook's certificate; see {}",
+                            runbook("x509-certificate-signed-by-unknown-authority")
+                        ),
+                    );
+                }
+            }
+            Check::ok(
+                name,
+                format!(
+                    "{type_name} {:?} names Service {}/{}:{} path {endpoint}; caBundle verifies the serving certificate in Secret {secret:?}",
+                    release.fullname, release.namespace, release.fullname, release.service_port
+                ),
+            )
+        }
+        ServingCert::Unreadable(why) => {
+            let found = format!(
+                "{type_name} {:?} names Service {}/{}:{} path {endpoint} and carries a caBundle; the serving certificate could not be read ({why})",
+                release.fullname, release.namespace, release.fullname, release.service_port
+            );
+            match path {
+                PathProof::Reached => Check::ok(
+                    name,
+                    format!(
+                        "{found}, but the dry-run requests reached the webhook, so the apiserver trusts it"
+                    ),
+                ),
+                PathProof::NotReached => Check::warning(
+                    name,
+                    format!(
+                        "{found}, and the dry-run requests did not reach the webhook: the caBundle is unverified"
+                    ),
+                    format!(
+                        "run check with rights to read the Secret, see {}",
+                        runbook("x509-certificate-signed-by-unknown-authority")
+                    ),
+                ),
+            }
+        }
+    }
+}
+
+/// Verifies `chain_pem` (leaf first) for `host` against the base64 `ca_bundle`, as the
+/// apiserver's client does (path to a root of the bundle, validity, the DNS name).
+fn verify(ca_bundle: &str, chain_pem: &str, host: &str, now: UnixTime) -> Result<(), String> {
+    use base64::Engine as _;
+    let bundle = base64::engine::general_purpose::STANDARD
+        .decode(ca_bundle.trim())
+        .map_err(|e| format!("caBundle is not base64: {e}"))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&bundle) {
+        let cert = cert.map_err(|e| format!("caBundle is not PEM: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("caBundle holds an unusable certificate: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("caBundle holds no certificate".to_owned());
+    }
+    let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("tls.crt is not PEM: {e}"))?;
+    let Some((leaf, intermediates)) = chain.split_first() else {
+        return Err("tls.crt holds no certificate".to_owned());
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let server_name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+    verifier
+        .verify_server_cert(leaf, intermediates, &server_name, &[], now)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Why the webhooks never see requests in the probe namespace, if they do not: the chart
+/// excludes kube-system, the release namespace and namespaces labelled
+/// `stateful-admission.io/ignore: "true"` (the server allows those unchanged as well).
+pub fn probe_namespace_excluded(
+    release: &Release,
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<Check> {
+    let namespace = &release.probe_namespace;
+    let why = if namespace == "kube-system" || *namespace == release.namespace {
+        "the chart excludes it from both webhooks"
+    } else if labels
+        .and_then(|l| l.get(names::IGNORE_LABEL))
+        .is_some_and(|v| v == "true")
+    {
+        "it is labelled stateful-admission.io/ignore=true"
+    } else {
+        return None;
+    };
+    Some(Check::warning(
+        "dry-run requests",
+        format!("skipped: the webhooks never see namespace {namespace:?}: {why}"),
+        "name a namespace the webhooks cover with --probe-namespace",
+    ))
+}
+
+/// A dry-run StatefulSet create carrying `max-unavailable` above its replicas: the
+/// mutating webhook warns (or, with `--strict-max-unavailable`, denies) naming the annotation.
+/// `outcome` is the created object and the warnings, or the error message.
+pub fn statefulset_dry_run(outcome: &Result<Vec<String>, String>) -> (Check, PathProof) {
+    let name = "dry-run StatefulSet create";
+    let ours =
+        |text: &str| text.contains(names::MAX_UNAVAILABLE) || text.contains("maxUnavailable");
+    match outcome {
+        Ok(warnings) => match warnings.iter().find(|w| ours(w)) {
+            Some(warning) => (
+                Check::ok(
+                    name,
+                    format!("the webhook answered with its warning: {warning}"),
+                ),
+                PathProof::Reached,
+            ),
+            None => (
+                Check::failed(
+                    name,
+                    "the apiserver accepted the dry run without the webhook's warning: the webhook was not called or its call failed (failurePolicy Ignore hides that)",
+                    format!(
+                        "check the Service, its endpoints and the caBundle, see {} and {}",
+                        runbook("timeouts-context-deadline-exceeded"),
+                        runbook("noticing-that-the-webhook-is-down")
+                    ),
+                ),
+                PathProof::NotReached,
+            ),
+        },
+        Err(message) if message.contains("denied the request") && ours(message) => (
+            Check::ok(
+                name,
+                format!("the webhook denied it as its rules say: {message}"),
+            ),
+            PathProof::Reached,
+        ),
+        Err(message) => (
+            Check::failed(
+                name,
+                format!("the dry run failed: {message}"),
+                format!(
+                    "an x509 or timeout error names the cause, see {}",
+                    runbook("troubleshooting-by-symptom")
+                ),
+            ),
+            PathProof::NotReached,
+        ),
+    }
+}
+
+/// A dry-run edit of an existing set's volumeClaimTemplates: which set, and the object as it
+/// would be stored with the warnings, or the apiserver's message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateEdit {
+    pub name: String,
+    pub outcome: Result<(Value, Vec<String>), String>,
+}
+
+/// The template edit is allowed because the mutating webhook records it and puts the live
+/// templates back; without the webhook the apiserver refuses it (`spec: Forbidden`).
+/// `None`: no set with templates in `namespace` to try it on.
+pub fn template_edit_dry_run(namespace: &str, edit: &Option<TemplateEdit>) -> (Check, PathProof) {
+    let name = "dry-run StatefulSet template edit";
+    let Some(edit) = edit else {
+        return (
+            Check::ok(
+                name,
+                format!(
+                    "skipped: no StatefulSet with volumeClaimTemplates in {namespace:?} to try an edit on (--probe-namespace)"
+                ),
+            ),
+            PathProof::NotReached,
+        );
+    };
+    let set = &edit.name;
+    match &edit.outcome {
+        Ok((object, warnings)) => {
+            let recorded = object
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(names::DESIRED_VOLUME_CLAIM_TEMPLATES))
+                .is_some();
+            let warned = warnings
+                .iter()
+                .any(|w| w.contains(names::DESIRED_VOLUME_CLAIM_TEMPLATES));
+            if recorded && warned {
+                (
+                    Check::ok(
+                        name,
+                        format!(
+                            "a label added to a template of StatefulSet {set:?} was recorded in {} with the webhook's warning",
+                            names::DESIRED_VOLUME_CLAIM_TEMPLATES
+                        ),
+                    ),
+                    PathProof::Reached,
+                )
+            } else {
+                (
+                    Check::failed(
+                        name,
+                        format!(
+                            "the edit of StatefulSet {set:?} came back without the webhook's record or warning"
+                        ),
+                        format!("see {}", runbook("noticing-that-the-webhook-is-down")),
+                    ),
+                    PathProof::NotReached,
+                )
+            }
+        }
+        Err(message)
+            if message.contains("updates to statefulset spec")
+                || (message.contains("Forbidden") && message.contains("volumeClaimTemplates")) =>
+        {
+            (
+                Check::failed(
+                    name,
+                    format!(
+                        "the apiserver refused the edit of StatefulSet {set:?} itself: the mutating webhook did not run ({message})"
+                    ),
+                    format!(
+                        "check the Service, its endpoints and the caBundle, see {}",
+                        runbook("noticing-that-the-webhook-is-down")
+                    ),
+                ),
+                PathProof::NotReached,
+            )
+        }
+        Err(message) => (
+            Check::failed(
+                name,
+                format!("the dry-run edit of StatefulSet {set:?} failed: {message}"),
+                format!("see {}", runbook("troubleshooting-by-symptom")),
+            ),
+            PathProof::NotReached,
+        ),
+    }
+}
+
+/// A dry-run create of a claim without `storageClassName`: the class it comes back with.
+/// The built-in DefaultStorageClass plugin may have set it before our webhook, so a class
+/// alone proves nothing about the path (the StatefulSet check does); no class where a
+/// default exists does show a missing mutation.
+pub fn claim_dry_run(outcome: &Result<Value, String>, default_class: Option<&str>) -> Check {
+    let name = "dry-run PersistentVolumeClaim create";
+    match (outcome, default_class) {
+        (Err(message), _) => Check::failed(
+            name,
+            format!("the dry run failed: {message}"),
+            format!("see {}", runbook("troubleshooting-by-symptom")),
+        ),
+        (Ok(claim), default) => {
+            let class = claim
+                .pointer("/spec/storageClassName")
+                .and_then(Value::as_str);
+            match (class, default) {
+                (Some(class), _) => Check::ok(
+                    name,
+                    format!("a claim without a class is created with class {class:?}"),
+                ),
+                (None, Some(default)) => Check::failed(
+                    name,
+                    format!(
+                        "a claim without a class came back without one, though {default:?} is the default"
+                    ),
+                    format!(
+                        "the mutating webhook did not run, see {}",
+                        runbook("noticing-that-the-webhook-is-down")
+                    ),
+                ),
+                (None, None) => Check::warning(
+                    name,
+                    "no default StorageClass (cluster or namespace): claims without a class stay without one",
+                    "mark a StorageClass as default, or annotate the namespace with stateful-admission.io/default-storage-class",
+                ),
+            }
+        }
+    }
+}
+
+/// The controller's Lease: present, held, and renewed within its duration.
+pub fn lease(lease: Option<&Value>, name: &str, now: jiff::Timestamp) -> Check {
+    let check = "controller lease";
+    let hint = format!("see {}", runbook("controller-without-leader"));
+    let Some(lease) = lease else {
+        return Check::failed(
+            check,
+            format!("Lease {name:?} not found: no replica has ever led"),
+            hint,
+        );
+    };
+    let spec = lease.get("spec").cloned().unwrap_or(Value::Null);
+    let holder = spec
+        .get("holderIdentity")
+        .and_then(Value::as_str)
+        .filter(|h| !h.is_empty());
+    let Some(holder) = holder else {
+        return Check::failed(check, format!("Lease {name:?} has no holder"), hint);
+    };
+    let duration = spec
+        .get("leaseDurationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(15);
+    let renewed = spec
+        .get("renewTime")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let Some(renewed) = renewed else {
+        return Check::failed(
+            check,
+            format!("Lease {name:?} held by {holder:?} has no renewTime"),
+            hint,
+        );
+    };
+    let age = now.as_second() - renewed.as_second();
+    if age > duration {
+        return Check::failed(
+            check,
+            format!(
+                "Lease {name:?} held by {holder:?} was last renewed {age}s ago, longer than its {duration}s duration: the leader is gone or stuck"
+            ),
+            hint,
+        );
+    }
+    Check::ok(
+        check,
+        format!("Lease {name:?} held by {holder:?}, renewed {age}s ago (duration {duration}s)"),
+    )
+}
+
+/// One access the ServiceAccount needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    /// The feature that needs it.
+    pub feature: &'static str,
+    pub verb: &'static str,
+    pub group: &'static str,
+    pub resource: &'static str,
+    /// Namespaced to the release namespace; cluster-wide otherwise.
+    pub in_release_namespace: bool,
+    /// The one object the need is about, where the chart grants it by `resourceNames`.
+    pub name: Option<String>,
+}
+
+/// The switches of `serve` that change what the ServiceAccount needs (all on by default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Features {
+    pub controller: bool,
+    pub claim_rollout: bool,
+    pub converge: bool,
+    pub retroactive_default_class: bool,
+    pub conditions: bool,
+    pub max_unavailable: bool,
+    /// `--self-managed-certs`: the certificate Secret and both webhook configurations are
+    /// written by the binary, each by name.
+    pub self_managed_certs: bool,
+    /// `--lease-name`, `--cert-secret`, `--mutating-webhook-configuration`,
+    /// `--validating-webhook-configuration` where the Deployment sets them.
+    pub lease: Option<String>,
+    pub cert_secret: Option<String>,
+    pub mutating_webhook: Option<String>,
+    pub validating_webhook: Option<String>,
+    /// The pods' ServiceAccount (chart value `serviceAccount.name`), where the Deployment
+    /// names one.
+    pub service_account: Option<String>,
+}
+
+impl Default for Features {
+    fn default() -> Self {
+        Self {
+            controller: true,
+            claim_rollout: true,
+            converge: true,
+            retroactive_default_class: true,
+            conditions: true,
+            max_unavailable: true,
+            self_managed_certs: false,
+            lease: None,
+            cert_secret: None,
+            mutating_webhook: None,
+            validating_webhook: None,
+            service_account: None,
+        }
+    }
+}
+
+impl Features {
+    /// The switches as the Deployment's container arguments set them (`--converge=false`).
+    pub fn from_args(args: &[String]) -> Self {
+        let off = |flag: &str| args.iter().any(|a| a == &format!("--{flag}=false"));
+        let value = |flag: &str| {
+            let prefix = format!("--{flag}=");
+            args.iter()
+                .find_map(|a| a.strip_prefix(&prefix))
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        let controller = !off("controller");
+        Self {
+            controller,
+            claim_rollout: controller && !off("claim-rollout"),
+            converge: controller && !off("converge"),
+            retroactive_default_class: controller && !off("retroactive-default-class"),
+            conditions: controller && !off("statefulset-conditions"),
+            max_unavailable: controller && !off("max-unavailable-driver"),
+            self_managed_certs: args
+                .iter()
+                .any(|a| a == "--self-managed-certs" || a == "--self-managed-certs=true"),
+            lease: value("lease-name"),
+            cert_secret: value("cert-secret"),
+            mutating_webhook: value("mutating-webhook-configuration"),
+            validating_webhook: value("validating-webhook-configuration"),
+            service_account: None,
+        }
+    }
+
+    /// What the chart grants for these switches (templates/rbac.yaml), one need per line;
+    /// `release` names the objects granted by name where the Deployment does not.
+    pub fn needs(&self, release: &super::Release) -> Vec<Access> {
+        let a = |feature, verb, group, resource, in_release_namespace| Access {
+            feature,
+            verb,
+            group,
+            resource,
+            in_release_namespace,
+            name: None,
+        };
+        let named = |access: Access, name: &str| Access {
+            name: Some(name.to_owned()),
+            ..access
+        };
+        let mut needs = Vec::new();
+        for (group, resource) in [
+            ("", "namespaces"),
+            ("storage.k8s.io", "storageclasses"),
+            ("apps", "statefulsets"),
+            ("", "persistentvolumeclaims"),
+        ] {
+            needs.push(a("webhook", "watch", group, resource, false));
+        }
+        if self.controller {
+            let lease = self.lease.as_deref().unwrap_or(&release.lease);
+            needs.push(named(
+                a(
+                    "leader election",
+                    "update",
+                    "coordination.k8s.io",
+                    "leases",
+                    true,
+                ),
+                lease,
+            ));
+            needs.push(a("controller", "watch", "", "pods", false));
+            needs.push(a("controller", "create", "", "events", false));
+        }
+        if self.claim_rollout || self.retroactive_default_class {
+            needs.push(a(
+                "claim rollout / retroactive default class",
+                "patch",
+                "",
+                "persistentvolumeclaims",
+                false,
+            ));
+        }
+        if self.claim_rollout || self.converge || self.conditions {
+            needs.push(a(
+                "convergence / conditions",
+                "patch",
+                "apps",
+                "statefulsets",
+                false,
+            ));
+        }
+        if self.converge {
+            needs.push(a("convergence", "delete", "apps", "statefulsets", false));
+            needs.push(a("convergence", "create", "", "configmaps", true));
+        }
+        if self.claim_rollout || self.converge {
+            needs.push(a("convergence", "create", "apps", "statefulsets", false));
+        }
+        if self.conditions {
+            needs.push(a(
+                "conditions",
+                "patch",
+                "apps",
+                "statefulsets/status",
+                false,
+            ));
+        }
+        if self.max_unavailable {
+            needs.push(a("maxUnavailable driver", "delete", "", "pods", false));
+        }
+        if self.self_managed_certs {
+            let secret = self
+                .cert_secret
+                .clone()
+                .unwrap_or_else(|| format!("{}-certs", release.fullname));
+            needs.push(named(
+                a("self-managed certificates", "update", "", "secrets", true),
+                &secret,
+            ));
+            for (resource, configured) in [
+                ("mutatingwebhookconfigurations", &self.mutating_webhook),
+                ("validatingwebhookconfigurations", &self.validating_webhook),
+            ] {
+                if let Some(name) = configured {
+                    needs.push(named(
+                        a(
+                            "self-managed certificates",
+                            "patch",
+                            "admissionregistration.k8s.io",
+                            resource,
+                            false,
+                        ),
+                        name,
+                    ));
+                }
+            }
+        }
+        needs
+    }
+}
+
+/// The answers of the SelfSubjectAccessReviews made as the ServiceAccount, one per need
+/// (`Ok(allowed)`), or why impersonation was refused.
+pub fn permissions(service_account: &str, answers: &Result<Vec<(Access, bool)>, String>) -> Check {
+    let name = "service account permissions";
+    let answers = match answers {
+        Ok(answers) => answers,
+        Err(why) => {
+            return Check::warning(
+                name,
+                format!("could not ask as {service_account}: {why}"),
+                "run check as a user allowed to impersonate service accounts (cluster-admin) to verify the RBAC",
+            );
+        }
+    };
+    let denied: Vec<String> = answers
+        .iter()
+        .filter(|(_, allowed)| !allowed)
+        .map(|(a, _)| {
+            let resource = if a.group.is_empty() {
+                a.resource.to_owned()
+            } else {
+                format!("{}.{}", a.resource, a.group)
+            };
+            match &a.name {
+                Some(name) => format!("{} {resource} {name:?} (for {})", a.verb, a.feature),
+                None => format!("{} {resource} (for {})", a.verb, a.feature),
+            }
+        })
+        .collect();
+    if denied.is_empty() {
+        Check::ok(
+            name,
+            format!(
+                "{service_account} may do all {} things its features need",
+                answers.len()
+            ),
+        )
+    } else {
+        Check::failed(
+            name,
+            format!("{service_account} may not {}", denied.join(", ")),
+            format!(
+                "upgrade the release so its RBAC matches its features, or turn the feature off, see {}",
+                runbook("which-of-our-features-to-turn-off-there")
+            ),
+        )
+    }
+}
+
+/// The apiserver's version and which proposals it implements natively there.
+pub fn version(git_version: &Result<String, String>) -> Check {
+    let name = "kubernetes version";
+    let hint = format!("see {}", runbook("which-of-our-features-to-turn-off-there"));
+    let text = match git_version {
+        Ok(text) => text,
+        Err(why) => return Check::warning(name, format!("/version failed: {why}"), hint),
+    };
+    let Some(version) = Version::parse(text) else {
+        return Check::warning(name, format!("cannot read the version {text:?}"), hint);
+    };
+    let natives = versions::native(version);
+    let redundant: Vec<String> = natives
+        .iter()
+        .filter(|n| n.native && n.kep != "KEP-284")
+        .map(|n| {
+            format!(
+                "{} (gate {} on by default): ours is redundant: {}",
+                n.kep,
+                n.gate.unwrap_or("none"),
+                n.ours
+            )
+        })
+        .collect();
+    let missing: Vec<&str> = natives
+        .iter()
+        .filter(|n| !n.native)
+        .map(|n| n.kep)
+        .collect();
+    if redundant.is_empty() {
+        Check::ok(
+            name,
+            format!(
+                "{text}: implements none of {} natively; all our features apply",
+                missing.join(", ")
+            ),
+        )
+    } else {
+        Check::warning(name, format!("{text}: {}", redundant.join("; ")), hint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn at(text: &str) -> jiff::Timestamp {
+        text.parse().expect("timestamp")
+    }
+
+    #[test]
+    fn a_lease_is_ok_only_when_held_and_fresh() {
+        let lease = |holder: &str, renewed: &str| json!({"spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": renewed}});
+        let now = at("2026-01-01T00:00:20Z");
+        let fresh = lease("pod-a", "2026-01-01T00:00:10.000000Z");
+        assert_eq!(lease_status(Some(&fresh), now), "ok");
+        let stale = lease("pod-a", "2026-01-01T00:00:01Z");
+        assert_eq!(lease_status(Some(&stale), now), "failed");
+        assert_eq!(
+            lease_status(Some(&lease("", "2026-01-01T00:00:10Z")), now),
+            "failed"
+        );
+        assert_eq!(lease_status(None, now), "failed");
+    }
+
+    fn lease_status(lease_json: Option<&Value>, now: jiff::Timestamp) -> &'static str {
+        lease(lease_json, "l", now).status.as_str()
+    }
+
+    #[test]
+    fn a_probe_namespace_the_webhooks_skip_is_named() {
+        let mut release = Release::of("stateful-admission", "ops");
+        assert!(probe_namespace_excluded(&release, None).is_none());
+        let ignored = [(names::IGNORE_LABEL.to_owned(), "true".to_owned())].into();
+        let check = probe_namespace_excluded(&release, Some(&ignored)).expect("ignored");
+        assert!(check.message.contains("labelled"), "{}", check.message);
+        for namespace in ["ops", "kube-system"] {
+            release.probe_namespace = namespace.to_owned();
+            assert!(
+                probe_namespace_excluded(&release, None).is_some(),
+                "{namespace}"
+            );
+        }
+    }
+
+    #[test]
+    fn features_follow_the_deployment_arguments() {
+        let all = Features::from_args(&[]);
+        assert_eq!(all, Features::default());
+        let off = Features::from_args(&["--controller=false".to_owned()]);
+        assert!(!off.converge && !off.max_unavailable);
+        let release = super::super::Release::of("stateful-admission", "ops");
+        assert!(off.needs(&release).iter().all(|a| a.feature == "webhook"));
+        let needs = all.needs(&release);
+        assert!(
+            needs
+                .iter()
+                .any(|a| a.verb == "delete" && a.resource == "pods")
+        );
+        // The chart grants the Lease by name only; a review without the name would be denied.
+        let lease = needs
+            .iter()
+            .find(|a| a.resource == "leases")
+            .expect("lease");
+        assert_eq!(lease.name.as_deref(), Some("stateful-admission-leader"));
+        let chart = Features::from_args(&[
+            "--lease-name=sa-lock".to_owned(),
+            "--self-managed-certs".to_owned(),
+            "--cert-secret=sa-certs".to_owned(),
+            "--mutating-webhook-configuration=sa".to_owned(),
+        ]);
+        let needs = chart.needs(&release);
+        let names: Vec<_> = needs.iter().filter_map(|a| a.name.as_deref()).collect();
+        assert_eq!(names, ["sa-lock", "sa-certs", "sa"]);
+    }
+
+    #[test]
+    fn versions_name_the_redundant_features() {
+        let check = version(&Ok("v1.28.3-gke.100".to_owned()));
+        assert_eq!(check.status, super::super::Status::Warning);
+        assert!(check.message.contains("KEP-3333"), "{}", check.message);
+        assert!(!check.message.contains("KEP-961"), "{}", check.message);
+        let check = version(&Ok("v1.24.0".to_owned()));
+        assert_eq!(check.status, super::super::Status::Ok, "{}", check.message);
+        let check = version(&Ok("v1.35.2".to_owned()));
+        assert!(check.message.contains("KEP-961"), "{}", check.message);
+    }
+}
