@@ -70,6 +70,8 @@ pub struct Ctx {
     pub metrics: Arc<ControllerMetrics>,
     /// Our writes the view has not caught up with.
     pub expectations: Expectations,
+    /// Condition transition times of sets without a progress record.
+    pub condition_memory: super::conditions::Memory,
 }
 
 impl Ctx {
@@ -93,6 +95,7 @@ impl Ctx {
             recorder,
             metrics,
             expectations: Expectations::default(),
+            condition_memory: super::conditions::Memory::default(),
         }
     }
 

@@ -10,7 +10,7 @@
 
 pub mod plan;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ use serde_json::json;
 use super::context::{Ctx, Error, SetSnapshot};
 use crate::cluster::ClusterView;
 use crate::names;
-pub use plan::{Decision, Phase};
+pub use plan::{Decision, Phase, Remembered};
 
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -120,6 +120,72 @@ impl Collector for PastDeadline {
     }
 }
 
+/// What [`plan::Remembered`] keeps per set without a record, by namespace and name (with the
+/// set's uid, so that a re-created set starts afresh). Bounded by the sets that exist: entries
+/// of sets gone from the view are dropped whenever the map has doubled since the last sweep.
+#[derive(Default)]
+pub struct Memory(Mutex<MemoryState>);
+
+#[derive(Default)]
+struct MemoryState {
+    sets: HashMap<(String, String), (Option<String>, Remembered)>,
+    sweep_at: usize,
+}
+
+impl Memory {
+    fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What was remembered of this set (this uid).
+    pub fn get(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Remembered> {
+        let state = self.state();
+        let (stored_uid, remembered) = state.sets.get(&(namespace.to_owned(), name.to_owned()))?;
+        (stored_uid.as_deref() == uid).then(|| remembered.clone())
+    }
+
+    /// Remembers this set's transitions; `None` forgets them (the set has a record).
+    pub fn put(
+        &self,
+        view: &ClusterView,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+        remembered: Option<Remembered>,
+    ) {
+        let mut state = self.state();
+        let key = (namespace.to_owned(), name.to_owned());
+        let Some(remembered) = remembered else {
+            state.sets.remove(&key);
+            return;
+        };
+        state.sets.insert(key, (uid.map(str::to_owned), remembered));
+        if state.sets.len() >= state.sweep_at {
+            state.sets.retain(|(namespace, name), (uid, _)| {
+                view.stateful_set(namespace, name)
+                    .is_some_and(|s| s.metadata.uid == *uid)
+            });
+            state.sweep_at = (state.sets.len() * 2).max(1024);
+        }
+    }
+
+    /// How many sets are remembered.
+    pub fn len(&self) -> usize {
+        self.state().sets.len()
+    }
+
+    /// Whether no set is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory").field("sets", &self.len()).finish()
+    }
+}
+
 impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
@@ -159,9 +225,33 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         return Ok(None);
     }
     let now = jiff::Timestamp::now();
-    let decision = decide(set, now);
+    let uid = set.metadata.uid.as_deref();
+    let remembered = ctx
+        .condition_memory
+        .get(&snapshot.namespace, &snapshot.name, uid);
+    let decision = decide(set, remembered.as_ref(), now);
+    let remember = |set: &StatefulSet, decision: &Decision| {
+        let existing = set
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or(&[]);
+        let unrecorded = plan::read_progress(set).is_none() && decision.progress.is_none();
+        ctx.condition_memory.put(
+            &ctx.view,
+            &snapshot.namespace,
+            &snapshot.name,
+            set.metadata.uid.as_deref(),
+            unrecorded.then(|| Remembered {
+                completed: matches!(decision.phase, Phase::Complete)
+                    .then(|| plan::observe(set).rollout),
+                ..Remembered::of(decision.conditions.as_deref().unwrap_or(existing))
+            }),
+        );
+    };
     past_deadline(matches!(decision.phase, Phase::Stalled(_)));
     if decision.progress.is_none() && decision.conditions.is_none() {
+        remember(set, &decision);
         return Ok(decision.look_again);
     }
     let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &snapshot.namespace);
@@ -172,7 +262,7 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         Some(fresh) if fresh.metadata.uid == set.metadata.uid => fresh,
         _ => return Ok(None),
     };
-    let decision = decide(&set, now);
+    let decision = decide(&set, remembered.as_ref(), now);
     past_deadline(matches!(decision.phase, Phase::Stalled(_)));
     let existing = set
         .status
@@ -236,6 +326,7 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         {
             Ok(_) => {
                 metrics.condition_writes.inc();
+                remember(&set, &decision);
             }
             // Computed from a status that is gone; the watch brings the new one.
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(None),
@@ -245,16 +336,17 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
     Ok(decision.look_again)
 }
 
-fn decide(set: &StatefulSet, now: jiff::Timestamp) -> Decision {
+fn decide(set: &StatefulSet, remembered: Option<&Remembered>, now: jiff::Timestamp) -> Decision {
     let existing = set
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_deref())
         .unwrap_or(&[]);
-    plan::plan(
+    plan::plan_remembering(
         &plan::observe(set),
         existing,
         plan::read_progress(set).as_ref(),
+        remembered,
         now,
     )
 }

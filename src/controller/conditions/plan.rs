@@ -382,6 +382,57 @@ fn under_way(o: &Observed) -> (&'static str, String) {
     }
 }
 
+/// Whether the set's own status says its last rollout finished, with no record needed: the
+/// built-in controller moved `currentRevision` to `updateRevision` (its `completeRollingUpdate`
+/// does so only once every replica is updated and ready, `stateful_set_utils.go`), it observed
+/// the latest generation, the replica count is the desired one and no claim is updating.
+/// Partitioned and `OnDelete` sets never get there (the built-in controller completes only
+/// unpartitioned `RollingUpdate`s), so they keep the record.
+pub fn settled(o: &Observed) -> bool {
+    !o.on_delete
+        && o.partition == 0
+        && o.observed_generation >= o.generation
+        && o.replicas == o.desired
+        && o.updated >= o.desired
+        && o.current_revision.is_some()
+        && o.current_revision == o.update_revision
+        && o.claims.is_none_or(|c| c.updating == 0)
+}
+
+/// When our two conditions last changed status, as this process last wrote or saw them: what
+/// keeps `lastTransitionTime` across the built-in controller's status writes for a set
+/// without a record. In memory only, so a restart forgets it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Remembered {
+    pub available: Option<Transition>,
+    pub progressing: Option<Transition>,
+    /// The rollout ([`rollout_key`]) last seen complete: it stays complete while only
+    /// availability moves, as with a record.
+    pub completed: Option<String>,
+}
+
+impl Remembered {
+    /// Our conditions' statuses and transition times in `conditions`.
+    pub fn of(conditions: &[StatefulSetCondition]) -> Self {
+        let find = |type_: &str| {
+            conditions
+                .iter()
+                .find(|c| c.type_.as_deref() == Some(type_))
+                .and_then(|c| {
+                    Some(Transition {
+                        status: c.status.clone()?,
+                        since: format_time(c.last_transition_time.as_ref()?.0),
+                    })
+                })
+        };
+        Self {
+            available: find(AVAILABLE),
+            progressing: find(PROGRESSING),
+            completed: None,
+        }
+    }
+}
+
 fn fresh(o: &Observed, now: &str, complete: bool) -> Progress {
     Progress {
         rollout: o.rollout.clone(),
@@ -400,11 +451,31 @@ pub fn plan(
     recorded: Option<&Progress>,
     now: Timestamp,
 ) -> Decision {
+    plan_remembering(o, existing, recorded, None, now)
+}
+
+/// [`plan`], with the transition times this process remembers for a set without a record.
+///
+/// A set without a record whose status says it is [`settled`] is complete, and gets no record:
+/// the record exists only while a rollout is in flight (and stays after it completed, until
+/// the next one starts). So first contact with a steady cluster writes each set's conditions
+/// and nothing else.
+pub fn plan_remembering(
+    o: &Observed,
+    existing: &[StatefulSetCondition],
+    recorded: Option<&Progress>,
+    remembered: Option<&Remembered>,
+    now: Timestamp,
+) -> Decision {
     let exact_now = now;
+    let complete_now = is_complete(o);
+    // Complete now, or seen complete in this rollout and only availability moved since.
+    let unrecorded_settled = recorded.is_none()
+        && settled(o)
+        && (complete_now || remembered.is_some_and(|m| m.completed.as_ref() == Some(&o.rollout)));
     let now = truncate_to_seconds(now);
     let now_text = format_time(now);
     let marks = Marks::of(o);
-    let complete_now = is_complete(o);
     let claims_updating = o.claims.is_some_and(|c| c.updating > 0);
 
     let (mut progress, phase) = match recorded.filter(|r| r.rollout == o.rollout) {
@@ -414,10 +485,14 @@ pub fn plan(
             if let Some(r) = recorded {
                 p.available = r.available.clone();
                 p.progressing = r.progressing.clone();
+            } else if let Some(m) = remembered {
+                p.available = m.available.clone();
+                p.progressing = m.progressing.clone();
             }
             (
                 p,
-                if complete_now {
+                // Settled and only availability dipped: done, as a Deployment stays done.
+                if complete_now || unrecorded_settled {
                     Phase::Complete
                 } else {
                     progressing(o)
@@ -569,7 +644,7 @@ pub fn plan(
         deadline_exceeded: matches!(phase, Phase::Stalled(_)) && !was_stalled,
         phase,
         conditions: (conditions.as_slice() != existing).then_some(conditions),
-        progress: (Some(&progress) != recorded).then_some(progress),
+        progress: (!unrecorded_settled && Some(&progress) != recorded).then_some(progress),
         look_again,
     }
 }
@@ -734,7 +809,7 @@ mod tests {
     }
 
     #[test]
-    fn a_complete_set_at_first_sight_is_recorded_complete() {
+    fn a_complete_set_at_first_sight_is_complete_without_a_record() {
         let d = plan(&observe(&healthy()), &[], None, at(0));
         assert_eq!(
             summary(find(&d, PROGRESSING)),
@@ -752,16 +827,69 @@ mod tests {
                 "3 of 3 replicas available.".into()
             )
         );
-        assert!(d.progress.as_ref().is_some_and(|p| p.complete));
+        assert_eq!(d.progress, None, "first contact writes the conditions only");
         assert_eq!(d.look_again, None);
     }
 
-    /// The conditions and record a first look wrote, as a later look reads them back.
+    /// A partitioned or `OnDelete` set is never completed by the built-in controller
+    /// (`currentRevision` stays behind), so its completion needs the record.
+    #[test]
+    fn a_complete_set_the_built_in_controller_never_completes_is_recorded() {
+        let partitioned = set(json!({"currentRevision": "web-1"}), json!({}));
+        let mut o = observe(&partitioned);
+        o.partition = 1;
+        let d = plan(&o, &[], None, at(0));
+        assert_eq!(d.phase, Phase::Complete);
+        assert!(d.progress.as_ref().is_some_and(|p| p.complete));
+    }
+
+    #[test]
+    fn availability_dips_keep_an_unrecorded_set_complete_while_remembered() {
+        let first = plan(&observe(&healthy()), &[], None, at(0));
+        let conditions = first.conditions.clone().unwrap_or_default();
+        let mut remembered = Remembered::of(&conditions);
+        remembered.completed = Some(observe(&healthy()).rollout);
+        let dipped = set(
+            json!({"availableReplicas": 2, "readyReplicas": 2}),
+            json!({}),
+        );
+        // The built-in controller's status write dropped our conditions meanwhile.
+        let d = plan_remembering(&observe(&dipped), &[], None, Some(&remembered), at(50));
+        assert_eq!(d.phase, Phase::Complete);
+        assert_eq!(d.progress, None);
+        assert_eq!(
+            find(&d, PROGRESSING).last_transition_time,
+            Some(Time(at(0))),
+            "Progressing kept its transition time"
+        );
+        assert_eq!(summary(find(&d, AVAILABLE)).0, "False", "Available moved");
+        assert_eq!(find(&d, AVAILABLE).last_transition_time, Some(Time(at(50))));
+        // Without memory (a restart), the dip opens a record as before.
+        let d = plan(&observe(&dipped), &[], None, at(50));
+        assert!(matches!(
+            d.phase,
+            Phase::Progressing(reason::WAITING_FOR_AVAILABILITY, _)
+        ));
+        assert!(d.progress.is_some());
+        // A settled set whose conditions were dropped gets them back with their times.
+        let d = plan_remembering(&observe(&healthy()), &[], None, Some(&remembered), at(70));
+        assert_eq!(d.conditions, first.conditions);
+        assert_eq!(d.progress, None);
+    }
+
+    /// The conditions and record of a rollout seen in flight and then complete, as a later
+    /// look reads them back.
     fn settled(s: &StatefulSet, now: i64) -> (Vec<StatefulSetCondition>, Progress) {
-        let d = plan(&observe(s), &[], None, at(now));
+        let o = observe(s);
+        let mut in_flight = o.clone();
+        in_flight.observed_generation = o.generation - 1;
+        let first = plan(&in_flight, &[], None, at(now));
+        let existing = first.conditions.unwrap_or_default();
+        let recorded = first.progress.expect("a record in flight");
+        let d = plan(&o, &existing, Some(&recorded), at(now));
         (
-            d.conditions.unwrap_or_default(),
-            d.progress.expect("a record"),
+            d.conditions.unwrap_or(existing),
+            d.progress.unwrap_or(recorded),
         )
     }
 
@@ -1217,7 +1345,11 @@ mod tests {
     #[test]
     fn a_malformed_record_is_rewritten() {
         for text in ["not json", "{}", r#"{"rollout": 5}"#, "null"] {
-            let s = set(json!({}), json!({"stateful-admission.io/progress": text}));
+            // In flight: the record matters, and is written afresh.
+            let s = set(
+                json!({"updatedReplicas": 1}),
+                json!({"stateful-admission.io/progress": text}),
+            );
             assert_eq!(read_progress(&s), None, "{text}");
             assert!(
                 plan(&observe(&s), &[], read_progress(&s).as_ref(), at(0))
