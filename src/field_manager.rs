@@ -9,6 +9,7 @@
 use kube::api::{PatchParams, PostParams};
 
 use crate::names;
+use crate::write_limit::WriteLimit;
 
 /// The user agent of our API client.
 pub const USER_AGENT: &str = concat!("stateful-admission/", env!("CARGO_PKG_VERSION"));
@@ -39,12 +40,32 @@ pub fn patch() -> PatchParams {
 
 /// A client from the kubeconfig or the in-cluster environment, sending [`USER_AGENT`].
 pub async fn client() -> anyhow::Result<kube::Client> {
-    let mut config = kube::Config::infer().await?;
+    client_from(kube::Config::infer().await?, None)
+}
+
+/// A client from the kubeconfig or the in-cluster environment whose writes wait for `limit`.
+pub async fn limited_client(limit: &WriteLimit) -> anyhow::Result<kube::Client> {
+    client_from(kube::Config::infer().await?, Some(limit))
+}
+
+/// A client for `config`, sending [`USER_AGENT`], its writes limited by `limit` if given.
+///
+/// # Errors
+/// When the client stack cannot be built from `config` (TLS or proxy settings). Needs a tokio
+/// runtime when `limit` is given.
+pub fn client_from(
+    mut config: kube::Config,
+    limit: Option<&WriteLimit>,
+) -> anyhow::Result<kube::Client> {
     config.headers.push((
         axum::http::header::USER_AGENT,
         axum::http::HeaderValue::from_static(USER_AGENT),
     ));
-    Ok(kube::Client::try_from(config)?)
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(match limit {
+        Some(limit) => builder.with_layer(limit).build(),
+        None => builder.build(),
+    })
 }
 
 #[cfg(test)]

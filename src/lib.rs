@@ -16,3 +16,4 @@ pub mod names;
 pub mod quantity;
 pub mod server;
 pub mod telemetry;
+pub mod write_limit;

@@ -17,6 +17,7 @@ use stateful_admission::controller::max_unavailable::{self, GateMode};
 use stateful_admission::controller::{Controller, ControllerConfig, Features};
 use stateful_admission::server::{Companion, ListenerLimits, ServeConfig, Server, TlsSource};
 use stateful_admission::telemetry::{self, LogFormat};
+use stateful_admission::write_limit;
 
 // jemalloc, returning freed memory to the system (see the module).
 stateful_admission::global_allocator!();
@@ -287,8 +288,31 @@ struct ServeArgs {
     max_connections: usize,
     #[command(flatten)]
     controller: ControllerArgs,
+    /// Writes to the apiserver per second on average (client-side token bucket; reads and
+    /// the leader election Lease are not limited), as kube-controller-manager's flag.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_KUBE_API_QPS",
+        default_value_t = write_limit::DEFAULT_QPS,
+        value_parser = parse_qps
+    )]
+    kube_api_qps: f32,
+    /// Writes allowed at once above --kube-api-qps.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_KUBE_API_BURST",
+        default_value_t = write_limit::DEFAULT_BURST,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    kube_api_burst: u32,
     #[command(flatten)]
     log: LogArgs,
+}
+
+fn parse_qps(text: &str) -> Result<f32, String> {
+    let qps: f32 = text.parse().map_err(|e| format!("{e}"))?;
+    write_limit::WriteLimit::new(qps, 1)?;
+    Ok(qps)
 }
 
 #[derive(Args)]
@@ -592,7 +616,8 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run_serve(config, args.state, controller)) {
+    let limit = (args.kube_api_qps, args.kube_api_burst);
+    match runtime.block_on(run_serve(config, args.state, controller, limit)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "serve failed");
@@ -608,10 +633,12 @@ async fn run_serve(
     config: ServeConfig,
     state: Option<PathBuf>,
     controller: Option<ControllerConfig>,
+    (qps, burst): (f32, u32),
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
     let Some(path) = state else {
-        let client = stateful_admission::field_manager::client()
+        let limit = write_limit::WriteLimit::new(qps, burst).map_err(anyhow::Error::msg)?;
+        let client = stateful_admission::field_manager::limited_client(&limit)
             .await
             .context("no cluster configuration (kubeconfig or in-cluster); use --state FILE to run without a cluster")?;
         // Non-leading replicas keep the controller's kinds too: a takeover starts synced.
@@ -619,6 +646,7 @@ async fn run_serve(
         let (view, driver) = watch::from_cluster(client.clone(), namespace);
         tokio::spawn(driver);
         let mut server = Server::new(config, view.clone());
+        limit.register(server.registry());
         if let Some(controller) = controller {
             let controller = Controller::new(controller, server.registry());
             // The controller probes the maxUnavailable gate; the webhook reads the same cell.

@@ -40,6 +40,12 @@ fn families() -> BTreeSet<(String, String)> {
     Metrics::register(&mut registry);
     certs::self_managed::Metrics::register(&mut registry);
     ControllerMetrics::register(&mut registry);
+    stateful_admission::write_limit::WriteLimit::new(
+        stateful_admission::write_limit::DEFAULT_QPS,
+        stateful_admission::write_limit::DEFAULT_BURST,
+    )
+    .expect("the default limit")
+    .register(&mut registry);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
     let exposed: BTreeMap<String, String> = text

@@ -195,3 +195,117 @@ async fn serve_watches_each_kind_once_for_the_webhook_and_the_controller() {
     served.terminate();
     assert_eq!(served.wait_exit(Duration::from_secs(15)), Some(0));
 }
+
+/// `--kube-api-qps`/`--kube-api-burst` bound the process's writes (claim patches, their
+/// Events, the gate probe) with a token bucket, as kube-controller-manager's flags do; the
+/// Lease is not held back. Asserted from the fake's write records: in any window of S seconds
+/// at most `burst + S * qps` writes pass, whatever the machine's speed.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_limits_its_write_rate_but_not_the_lease() {
+    const CLAIMS: usize = 8;
+    const QPS: f64 = 8.0;
+    const BURST: usize = 2;
+    let api = FakeApiServer::start().await;
+    api.put_object(json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "x"}));
+    for n in 0..CLAIMS {
+        api.put_object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": format!("data-{n}"), "namespace": "default"},
+            "spec": {"resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Pending"}}));
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("kubeconfig");
+    std::fs::write(&config, kubeconfig(&api)).expect("kubeconfig");
+    let certs = dir.path().join("certs");
+    let mut served = Served::start_with_env(
+        &[
+            "--self-signed",
+            "--self-signed-dir",
+            certs.to_str().expect("path"),
+            "--controller-namespace",
+            "stateful-admission",
+            "--controller-identity",
+            "replica-0",
+            "--kube-api-qps",
+            "8",
+            "--kube-api-burst",
+            "2",
+        ],
+        &[("KUBECONFIG", config.to_str().expect("path"))],
+    );
+    let classed = |api: &FakeApiServer| {
+        api.list_objects(&crate::support::fake_apiserver::resources::PERSISTENT_VOLUME_CLAIMS)
+            .iter()
+            .filter(|c| c.pointer("/spec/storageClassName").is_some())
+            .count()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || classed(&api) == CLAIMS).await,
+        "every classless claim gets the default class; server log:\n{}",
+        served.logs().join("\n")
+    );
+    // Let the last Events land.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let records = api.write_records();
+    let limited: Vec<Duration> = records
+        .iter()
+        .filter(|w| !w.target().starts_with("leases"))
+        .map(|w| w.at)
+        .collect();
+    assert!(
+        limited.len() >= 2 * CLAIMS,
+        "a patch and an Event per claim: {:?}",
+        records.iter().map(|w| w.target()).collect::<Vec<_>>()
+    );
+    let span = (limited[limited.len() - 1] - limited[0]).as_secs_f64();
+    // n writes need at least (n - burst) tokens after the first instant; one more for the
+    // bucket's rounding.
+    let least = (limited.len() - BURST - 1) as f64 / QPS;
+    assert!(
+        span >= least,
+        "{} writes passed in {span:.2}s, the limit allows no fewer than {least:.2}s",
+        limited.len()
+    );
+    assert!(
+        records.iter().any(|w| w.target().starts_with("leases")),
+        "the Lease was written"
+    );
+    let metrics = reqwest::get(served.probe_url("/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let throttled = metrics
+        .lines()
+        .find(|l| l.starts_with("stateful_admission_kube_api_writes_throttled_total "))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(
+        throttled.is_some_and(|n| n > 0),
+        "writes waited for tokens: {throttled:?}"
+    );
+    served.terminate();
+    assert_eq!(served.wait_exit(Duration::from_secs(15)), Some(0));
+}
+
+#[test]
+fn serve_refuses_a_write_limit_that_is_not_positive() {
+    for args in [
+        ["--kube-api-qps", "0"],
+        ["--kube-api-qps=-5", "--self-signed"],
+        ["--kube-api-qps", "fast"],
+        ["--kube-api-burst", "0"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_stateful-admission"))
+            .arg("serve")
+            .args(args)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--kube-api-"), "{args:?}: {stderr}");
+    }
+}

@@ -196,9 +196,11 @@ def test_failure_policy_and_timeout_come_from_values():
         {"certs": {"mode": "helm"}},
         {"webhook": {"matchConditions": "maybe"}},
         {"policy": {"admissionMode": "audit"}},
+        {"controller": {"kubeApiQps": 0}},
+        {"controller": {"kubeApiBurst": 0}},
     ],
     ids=["timeout-11", "timeout-0", "bad-failure-policy", "bad-cert-mode", "bad-match-mode",
-         "bad-admission-mode"],
+         "bad-admission-mode", "qps-0", "burst-0"],
 )
 def test_bad_values_are_refused(values):
     with pytest.raises(HelmError):
@@ -504,6 +506,9 @@ def test_controller_values_reach_the_flags():
     assert "--resync=2m" in args
     assert "--converge=false" in args
     assert "--claim-rollout=true" in args
+    assert "--kube-api-qps=20" in args and "--kube-api-burst=30" in args
+    limited = container(render({"controller": {"kubeApiQps": 5.5, "kubeApiBurst": 8}}))["args"]
+    assert "--kube-api-qps=5.5" in limited and "--kube-api-burst=8" in limited
     lease_rules = [r for r in rules(render({"controller": {"leaderElection": {"leaseName": "sa-lock"}}}), "Role")
                    if r["resources"] == ["leases"] and "resourceNames" in r]
     assert lease_rules[0]["resourceNames"] == ["sa-lock"]
