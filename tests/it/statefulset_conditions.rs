@@ -204,8 +204,26 @@ async fn a_rollout_that_completes() {
     let since = expect_condition(&api, "web", "Progressing", "True", "RolloutComplete").await;
     assert_eq!(since, progressing_since, "Progressing never left True");
     assert!(events(&api, "ProgressDeadlineExceeded").is_empty());
+    // The record lived while the rollout was in flight; the built-in controller completed
+    // it (currentRevision == updateRevision), so the record is gone.
+    let record = |api: &FakeApiServer| {
+        api.get::<StatefulSet>(NS, "web")
+            .and_then(|s| s.metadata.annotations)
+            .and_then(|a| a.get(names::PROGRESS).cloned())
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || record(&api).is_none()).await,
+        "the progress record is removed at completion: {:?}",
+        record(&api)
+    );
+    assert!(
+        api.write_records()
+            .iter()
+            .any(|w| w.target() == "statefulsets.apps"),
+        "it was written while in flight"
+    );
 
-    // The progress record survives on the object; a restarted controller writes nothing.
+    // Nothing on the object needs rewriting: a restarted controller writes nothing.
     controller.stop().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     api.clear_requests();

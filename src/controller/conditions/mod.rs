@@ -236,7 +236,8 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
             .as_ref()
             .and_then(|s| s.conditions.as_deref())
             .unwrap_or(&[]);
-        let unrecorded = plan::read_progress(set).is_none() && decision.progress.is_none();
+        let unrecorded = decision.remove_progress
+            || (plan::read_progress(set).is_none() && decision.progress.is_none());
         ctx.condition_memory.put(
             &ctx.view,
             &snapshot.namespace,
@@ -250,7 +251,7 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         );
     };
     past_deadline(matches!(decision.phase, Phase::Stalled(_)));
-    if decision.progress.is_none() && decision.conditions.is_none() {
+    if decision.progress.is_none() && !decision.remove_progress && decision.conditions.is_none() {
         remember(set, &decision);
         return Ok(decision.look_again);
     }
@@ -273,9 +274,15 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
     let metrics = &ctx.metrics.conditions;
     let mut resource_version = set.metadata.resource_version.clone();
 
-    if let Some(progress) = &decision.progress {
-        let text = serde_json::to_string(progress)
-            .map_err(|e| Error::Invalid(format!("progress record: {e}")))?;
+    if decision.progress.is_some() || decision.remove_progress {
+        // `null` removes the annotation (JSON merge patch).
+        let text = match &decision.progress {
+            Some(progress) => serde_json::Value::String(
+                serde_json::to_string(progress)
+                    .map_err(|e| Error::Invalid(format!("progress record: {e}")))?,
+            ),
+            None => serde_json::Value::Null,
+        };
         let body = json!({"metadata": {
             "resourceVersion": resource_version,
             "annotations": {names::PROGRESS: text},

@@ -291,6 +291,8 @@ pub struct Decision {
     pub conditions: Option<Vec<StatefulSetCondition>>,
     /// The record, when it differs from the set's.
     pub progress: Option<Progress>,
+    /// The set has a record it no longer needs: remove it.
+    pub remove_progress: bool,
     /// Progressing just turned False: warn.
     pub deadline_exceeded: bool,
     /// Look again by then (the deadline of an unfinished rollout).
@@ -456,10 +458,11 @@ pub fn plan(
 
 /// [`plan`], with the transition times this process remembers for a set without a record.
 ///
-/// A set without a record whose status says it is [`settled`] is complete, and gets no record:
-/// the record exists only while a rollout is in flight (and stays after it completed, until
-/// the next one starts). So first contact with a steady cluster writes each set's conditions
-/// and nothing else.
+/// A set without a record whose status says it is [`settled`] is complete, and gets no record;
+/// a record is removed once its rollout is complete and settled. The record exists only while
+/// a rollout is in flight (or, for partitioned and `OnDelete` sets, which never settle, until
+/// the next rollout). So first contact with a steady cluster writes each set's conditions and
+/// nothing else.
 pub fn plan_remembering(
     o: &Observed,
     existing: &[StatefulSetCondition],
@@ -640,11 +643,16 @@ pub fn plan_remembering(
         }
         Phase::Complete | Phase::Stalled(_) => None,
     };
+    // The built-in controller completed the rollout: the set's status says so from now on,
+    // so the record goes (its transition times live on in the conditions and in memory).
+    let drop_record = recorded.is_some() && settled(o) && matches!(phase, Phase::Complete);
     Decision {
         deadline_exceeded: matches!(phase, Phase::Stalled(_)) && !was_stalled,
         phase,
         conditions: (conditions.as_slice() != existing).then_some(conditions),
-        progress: (!unrecorded_settled && Some(&progress) != recorded).then_some(progress),
+        progress: (!unrecorded_settled && !drop_record && Some(&progress) != recorded)
+            .then_some(progress),
+        remove_progress: drop_record,
         look_again,
     }
 }
@@ -881,34 +889,58 @@ mod tests {
     /// look reads them back.
     fn settled(s: &StatefulSet, now: i64) -> (Vec<StatefulSetCondition>, Progress) {
         let o = observe(s);
+        let d = plan(&o, &[], None, at(now));
+        if let Some(progress) = d.progress {
+            // In flight at first sight: the first look's record.
+            return (d.conditions.unwrap_or_default(), progress);
+        }
         let mut in_flight = o.clone();
         in_flight.observed_generation = o.generation - 1;
         let first = plan(&in_flight, &[], None, at(now));
         let existing = first.conditions.unwrap_or_default();
         let recorded = first.progress.expect("a record in flight");
-        let d = plan(&o, &existing, Some(&recorded), at(now));
+        // Complete as this controller sees it before the built-in controller moved
+        // `currentRevision`: the record says complete (once settled, it is removed).
+        let mut unsettled = o;
+        unsettled.current_revision = None;
+        let d = plan(&unsettled, &existing, Some(&recorded), at(now));
         (
             d.conditions.unwrap_or(existing),
-            d.progress.unwrap_or(recorded),
+            d.progress.expect("the record of the completion"),
         )
     }
 
     #[test]
     fn nothing_is_written_when_conditions_and_record_are_current() {
         let (conditions, progress) = settled(&healthy(), 0);
+        // Complete, but the built-in controller has not completed it (a partition).
+        let mut partitioned = observe(&healthy());
+        partitioned.partition = 1;
         for later in [1, 600, 86_400] {
-            let d = plan(
-                &observe(&healthy()),
-                &conditions,
-                Some(&progress),
-                at(later),
-            );
+            let d = plan(&partitioned, &conditions, Some(&progress), at(later));
             assert_eq!(
-                (d.conditions, d.progress, d.deadline_exceeded),
-                (None, None, false),
+                (
+                    d.conditions,
+                    d.progress,
+                    d.remove_progress,
+                    d.deadline_exceeded
+                ),
+                (None, None, false, false),
                 "at +{later}s"
             );
         }
+        // Settled by the built-in controller: the record goes, in one write, and nothing else.
+        let d = plan(&observe(&healthy()), &conditions, Some(&progress), at(1));
+        assert_eq!(
+            (d.conditions, d.progress, d.remove_progress, d.phase),
+            (None, None, true, Phase::Complete)
+        );
+        let d = plan(&observe(&healthy()), &conditions, None, at(2));
+        assert_eq!(
+            (d.conditions, d.progress, d.remove_progress),
+            (None, None, false),
+            "and then nothing"
+        );
         // The same while a rollout waits within its deadline.
         let (conditions, progress) = settled(&rolling(1), 0);
         let d = plan(&observe(&rolling(1)), &conditions, Some(&progress), at(100));
