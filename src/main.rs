@@ -13,6 +13,7 @@ use stateful_admission::admission::offline::{self, Phases};
 use stateful_admission::admission::{AdmissionMode, Context, Phase, Policy};
 use stateful_admission::certs::{self, rotation::Lifetimes, self_managed::SelfManagedConfig};
 use stateful_admission::cluster::{ClusterView, state_file, watch};
+use stateful_admission::controller::executor;
 use stateful_admission::controller::max_unavailable::{self, GateMode};
 use stateful_admission::controller::{Controller, ControllerConfig, Features};
 use stateful_admission::server::{Companion, ListenerLimits, ServeConfig, Server, TlsSource};
@@ -320,6 +321,17 @@ struct ControllerArgs {
     /// Run the companion controller inside serve (needs a cluster; off with --state).
     #[arg(long, env = "STATEFUL_ADMISSION_CONTROLLER", default_value_t = true, action = clap::ArgAction::Set)]
     controller: bool,
+    /// enforce acts; observe plans everything and writes nothing but Events: each write it
+    /// would make becomes a Would<Action> Event on its object, a log line and
+    /// controller_actions_total{result="observed"}.
+    #[arg(
+        long,
+        env = "STATEFUL_ADMISSION_CONTROLLER_MODE",
+        value_enum,
+        default_value = "enforce",
+        value_name = "enforce|observe"
+    )]
+    controller_mode: ControllerModeArg,
     /// Namespace of the controller's Lease, journals and probes (its own namespace).
     #[arg(
         long,
@@ -374,6 +386,12 @@ struct ControllerArgs {
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
+enum ControllerModeArg {
+    Enforce,
+    Observe,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
 enum GateArg {
     Auto,
     Enabled,
@@ -413,6 +431,10 @@ impl ControllerArgs {
                 ..max_unavailable::Settings::default()
             },
             converge_poll: self.converge_poll,
+            mode: match self.controller_mode {
+                ControllerModeArg::Enforce => executor::Mode::Enforce,
+                ControllerModeArg::Observe => executor::Mode::Observe,
+            },
             ..ControllerConfig::default()
         })
     }

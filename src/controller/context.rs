@@ -5,14 +5,15 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, PersistentVolumeClaim, Pod};
-use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::events::Event;
 use kube::{Client, Resource};
 
 use super::ControllerConfig;
+use super::action::Report;
+use super::executor::Executor;
 use super::metrics::ControllerMetrics;
 use crate::admission::set_claims;
 use crate::cluster::ClusterView;
-use crate::names;
 
 /// Errors of a reconcile; the object is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -23,42 +24,6 @@ pub enum Error {
     Invalid(String),
 }
 
-/// Writes whose effect the caches have not shown yet (the "expectations" of upstream
-/// controllers): an object key and the resourceVersion the object had when we wrote it. While
-/// a cache still shows that version, plans for the object are stale and must not lead to a
-/// second write.
-#[derive(Debug, Default)]
-pub struct Expectations(std::sync::Mutex<std::collections::HashMap<String, String>>);
-
-/// Entries kept at most; past it the oldest knowledge is dropped (costing at worst one
-/// refused write, never a wrong one: writes carry preconditions).
-const MAX_EXPECTATIONS: usize = 10_000;
-
-impl Expectations {
-    /// Records that we wrote `key` when it had `stale_version`.
-    pub fn wrote(&self, key: String, stale_version: String) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= MAX_EXPECTATIONS {
-            map.clear();
-        }
-        map.insert(key, stale_version);
-    }
-
-    /// Whether the cached `version` of `key` predates our write; forgets the write once the
-    /// cache has moved past it.
-    pub fn is_stale(&self, key: &str, version: Option<&str>) -> bool {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match map.get(key) {
-            Some(stale) if Some(stale.as_str()) == version => true,
-            Some(_) => {
-                map.remove(key);
-                false
-            }
-            None => false,
-        }
-    }
-}
-
 /// Shared state of one leadership term.
 pub struct Ctx {
     pub client: Client,
@@ -66,10 +31,9 @@ pub struct Ctx {
     /// Everything the controller reads: StatefulSets, claims, StorageClasses, Namespaces,
     /// Pods of StatefulSets and the journals (shared with the webhook).
     pub view: ClusterView,
-    pub recorder: Recorder,
     pub metrics: Arc<ControllerMetrics>,
-    /// Our writes the view has not caught up with.
-    pub expectations: Expectations,
+    /// Where every write and Event goes: field manager, expectations, report-once, mode.
+    pub exec: Executor,
     /// Condition transition times of sets without a progress record.
     pub condition_memory: super::conditions::Memory,
 }
@@ -81,20 +45,18 @@ impl Ctx {
         view: ClusterView,
         metrics: Arc<ControllerMetrics>,
     ) -> Self {
-        let recorder = Recorder::new(
+        let exec = Executor::new(
             client.clone(),
-            Reporter {
-                controller: names::CONTROLLER_NAME.to_owned(),
-                instance: Some(config.identity.clone()),
-            },
+            config.mode,
+            &config.identity,
+            metrics.actions.clone(),
         );
         Self {
             client,
             config,
             view,
-            recorder,
             metrics,
-            expectations: Expectations::default(),
+            exec,
             condition_memory: super::conditions::Memory::default(),
         }
     }
@@ -102,9 +64,18 @@ impl Ctx {
     /// Publishes an Event about `object`; failures are logged, never fatal.
     pub async fn event<K: Resource<DynamicType = ()>>(&self, object: &K, event: Event) {
         let reference: ObjectReference = object.object_ref(&());
-        if let Err(error) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(%error, reason = %event.reason, "could not publish event");
-        }
+        self.exec
+            .report(&Report {
+                related: event.secondary,
+                ..Report::new(
+                    reference,
+                    event.type_,
+                    &event.reason,
+                    &event.action,
+                    event.note.unwrap_or_default(),
+                )
+            })
+            .await;
     }
 }
 
@@ -172,23 +143,4 @@ impl SetSnapshot {
 /// the first dot after the prefix ends it and no two sets share a journal.
 pub fn journal_name(namespace: &str, name: &str) -> String {
     format!("sa-journal.{namespace}.{name}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expectations_hold_until_the_cache_moves_past_our_write() {
-        let e = Expectations::default();
-        assert!(!e.is_stale("db/a", Some("7")), "nothing written");
-        e.wrote("db/a".into(), "7".into());
-        assert!(
-            e.is_stale("db/a", Some("7")),
-            "cache still shows the old version"
-        );
-        assert!(e.is_stale("db/a", Some("7")));
-        assert!(!e.is_stale("db/a", Some("9")), "cache caught up");
-        assert!(!e.is_stale("db/a", Some("7")), "forgotten once caught up");
-    }
 }

@@ -9,7 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::{claims, conditions, default_class, max_unavailable};
+use super::{claims, conditions, default_class, executor, max_unavailable};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
@@ -27,6 +27,7 @@ pub struct ControllerMetrics {
     pub conditions: conditions::Metrics,
     pub default_class: default_class::Metrics,
     pub max_unavailable: max_unavailable::Metrics,
+    pub actions: executor::ActionMetrics,
 }
 
 impl ControllerMetrics {
@@ -40,6 +41,7 @@ impl ControllerMetrics {
             conditions: conditions::Metrics::register(registry),
             default_class: default_class::Metrics::register(registry),
             max_unavailable: max_unavailable::Metrics::register(registry),
+            actions: executor::ActionMetrics::register(registry),
         };
         registry.register(
             "controller_leader",

@@ -4,10 +4,12 @@
 //! that one replica acts. Each feature separates planning (pure: state in, actions out) from
 //! acting (API calls), and makes no write when nothing needs to change.
 
+pub mod action;
 pub mod claims;
 pub mod conditions;
 pub mod context;
 pub mod default_class;
+pub mod executor;
 pub mod leader;
 pub mod max_unavailable;
 pub mod metrics;
@@ -69,6 +71,8 @@ pub struct ControllerConfig {
     /// How often a convergence in flight (a set being deleted, a journal whose set is gone)
     /// is looked at again.
     pub converge_poll: Duration,
+    /// Act, or only report what would be done.
+    pub mode: executor::Mode,
 }
 
 impl Default for ControllerConfig {
@@ -82,6 +86,7 @@ impl Default for ControllerConfig {
             features: Features::default(),
             max_unavailable: max_unavailable::Settings::default(),
             converge_poll: Duration::from_secs(1),
+            mode: executor::Mode::Enforce,
         }
     }
 }
@@ -171,7 +176,7 @@ async fn run_features(ctx: Arc<Ctx>, stop: CancellationToken) {
         _ = stop.cancelled() => return,
         synced = ctx.view.wait_synced() => if synced.is_err() { return },
     }
-    tracing::info!(features = ?ctx.config.features, "controller running");
+    tracing::info!(features = ?ctx.config.features, mode = ctx.config.mode.as_str(), "controller running");
     let f = ctx.config.features.clone();
     let sets = async {
         if f.claim_rollout || f.converge || f.conditions || f.max_unavailable {

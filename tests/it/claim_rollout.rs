@@ -900,3 +900,124 @@ async fn a_rollout_completes_without_a_resync_when_the_claim_watch_lags() {
     );
     controller.stop().await;
 }
+
+/// Observe mode: with a template change to roll out in place and to converge, a claim to
+/// give the default class and conditions to write, every feature plans and says what it
+/// would do, and nothing is written but Events and the Lease.
+#[tokio::test]
+async fn observe_mode_reports_every_planned_write_and_makes_none() {
+    let api = FakeApiServer::start().await;
+    let mut default = class("fast", true);
+    default["metadata"]["annotations"] =
+        json!({"storageclass.kubernetes.io/is-default-class": "true"});
+    api.put_object(default);
+    install(
+        &api,
+        set(
+            "web",
+            2,
+            "fast",
+            Some("2Gi"),
+            &[(names::VOLUME_CLAIM_UPDATE_POLICY, "InPlace")],
+        ),
+        2,
+        "fast",
+    );
+    api.put_object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}));
+    api.put_object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "scratch", "namespace": NS},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Pending"}}));
+    let controller = RunningController::start(
+        &api,
+        ControllerConfig {
+            mode: stateful_admission::controller::executor::Mode::Observe,
+            ..fast(
+                "observer",
+                Features {
+                    claim_rollout: true,
+                    converge: true,
+                    retroactive_default_class: true,
+                    conditions: true,
+                    max_unavailable: false,
+                },
+            )
+        },
+    );
+    let reasons = || {
+        api.list::<Event>()
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect::<std::collections::BTreeSet<String>>()
+    };
+    let expected = [
+        "WouldPatchClaim",
+        "WouldStartConvergence",
+        "WouldAssignStorageClass",
+        "WouldWriteConditions",
+    ];
+    assert!(
+        eventually(Duration::from_secs(15), || expected
+            .iter()
+            .all(|r| reasons().contains(*r)))
+        .await,
+        "events: {:?}",
+        reasons()
+    );
+    // A few more reconciles (resync 1 s, convergence poll 100 ms) change nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let written = api.tally_writes(|w| w.succeeded().then(|| w.target()));
+    assert!(
+        written
+            .keys()
+            .all(|t| t == "events.events.k8s.io" || t == "leases.coordination.k8s.io"),
+        "{written:?}"
+    );
+    assert!(
+        written.contains_key("leases.coordination.k8s.io"),
+        "{written:?}"
+    );
+    assert!(updating(&api, "web").is_empty());
+    assert!(
+        api.list::<PersistentVolumeClaim>()
+            .iter()
+            .all(|c| { c.metadata.name.as_deref() == Some("scratch") || storage(c).0 == "1Gi" })
+    );
+    let scratch = api
+        .get::<PersistentVolumeClaim>(NS, "scratch")
+        .expect("claim");
+    assert_eq!(scratch.spec.and_then(|s| s.storage_class_name), None);
+    assert!(
+        api.get::<ConfigMap>(CONTROLLER_NAMESPACE, JOURNAL)
+            .is_none()
+    );
+    let set = api.get::<StatefulSet>(NS, "web").expect("set");
+    assert!(set.status.and_then(|s| s.conditions).is_none());
+    // Said once per object and planned change, though reconciled many times.
+    let would_patch = api
+        .list::<Event>()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("WouldPatchClaim"))
+        .count();
+    assert_eq!(
+        would_patch, 1,
+        "one claim at a time (highest ordinal first)"
+    );
+    let metrics = controller.metrics();
+    for action in [
+        "PatchClaim",
+        "StartConvergence",
+        "AssignStorageClass",
+        "WriteConditions",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(&format!(
+                "controller_actions_total{{action=\"{action}\",result=\"observed\"}}"
+            ))),
+            "{action}: {metrics}"
+        );
+    }
+    assert!(!metrics.contains("result=\"done\""), "{metrics}");
+    controller.stop().await;
+}

@@ -12,6 +12,7 @@ mod controller_runtime;
 mod default_class_controller;
 mod docs;
 mod e2e_cluster;
+mod executor;
 mod fake_apiserver_tests;
 #[path = "../../fuzz/harness.rs"]
 mod fuzz_harness;

@@ -4,26 +4,17 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ObjectMeta, Patch, Preconditions, PropagationPolicy,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, PersistentVolumeClaim};
+use kube::api::{ApiResource, DynamicObject, ObjectMeta};
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::converge::{self, Action, DropReason, JournalStep, LiveSet, Recheck};
+use crate::controller::action::{Kind, Report, Request, Target, Verb, Write};
 use crate::controller::context::{Ctx, Error, journal_name};
-use crate::field_manager;
+use crate::controller::executor::{Outcome, code};
 use crate::names;
-
-/// An HTTP status of a failed request, if it was one.
-fn code(e: &kube::Error) -> Option<u16> {
-    match e {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
-    }
-}
 
 fn sets_raw(client: &Client, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(
@@ -70,32 +61,6 @@ pub fn set_ref(namespace: &str, name: &str, uid: Option<&str>) -> StatefulSet {
         },
         ..StatefulSet::default()
     }
-}
-
-/// One merge patch of a claim (its resourceVersion inside is the precondition).
-pub async fn patch_claim(
-    ctx: &Ctx,
-    namespace: &str,
-    name: &str,
-    body: &Value,
-) -> Result<PersistentVolumeClaim, kube::Error> {
-    Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), namespace)
-        .patch(name, &field_manager::patch(), &Patch::Merge(body))
-        .await
-}
-
-/// Writes the claim status annotation of a set.
-pub async fn write_status(
-    ctx: &Ctx,
-    namespace: &str,
-    name: &str,
-    value: &str,
-) -> Result<(), kube::Error> {
-    let body = json!({"metadata": {"annotations": {names::VOLUME_CLAIM_STATUS: value}}});
-    Api::<StatefulSet>::namespaced(ctx.client.clone(), namespace)
-        .patch(name, &field_manager::patch(), &Patch::Merge(&body))
-        .await
-        .map(|_| ())
 }
 
 fn live_facts(raw: &Value) -> LiveSet {
@@ -158,7 +123,6 @@ pub async fn converge(
     let sets = sets_raw(&ctx.client, namespace);
     let journals = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let journal_name = journal_name(namespace, name);
-    let metrics = &ctx.metrics.claims;
     // Each pass makes one step; a full convergence is seven.
     for _ in 0..8 {
         let raw = sets
@@ -176,7 +140,10 @@ pub async fn converge(
             Action::Nothing => return Ok(None),
             Action::WaitGone => return Ok(Some(poll)),
             Action::Stuck(why) => {
-                if metrics.first_report(&format!("stuck/{journal_name}/{why}")) {
+                if ctx
+                    .exec
+                    .first_report(&format!("stuck/{journal_name}/{why}"))
+                {
                     tracing::warn!(namespace, name, journal = %journal_name, %why, "convergence journal unreadable; kept for a human");
                     ctx.event(
                         &about,
@@ -199,7 +166,10 @@ pub async fn converge(
                 let object = match converge::desired_object(&raw) {
                     Ok(o) => o,
                     Err(why) => {
-                        if metrics.first_report(&format!("invalid/{namespace}/{name}/{why}")) {
+                        if ctx
+                            .exec
+                            .first_report(&format!("invalid/{namespace}/{name}/{why}"))
+                        {
                             ctx.event(
                                 &about,
                                 event(
@@ -216,8 +186,19 @@ pub async fn converge(
                 };
                 let cm = converge::journal_configmap(&ctx.config.namespace, &raw, &object)
                     .map_err(Error::Invalid)?;
-                match journals.create(&field_manager::post(), &cm).await {
-                    Ok(_) => {
+                let write = Write::new(
+                    Verb::StartConvergence,
+                    Target::new(Kind::ConfigMap, &ctx.config.namespace, &journal_name),
+                    Request::Create(serde_json::to_value(&cm).map_err(|e| Error::Invalid(e.to_string()))?),
+                    format!(
+                        "open journal ConfigMap {}/{journal_name} and re-create the StatefulSet with its desired volume claim templates (orphan delete, then create; pods and claims are kept)",
+                        ctx.config.namespace
+                    ),
+                )
+                .about(about_ref(&about));
+                match ctx.exec.write(&write).await {
+                    Ok(Outcome::Observed) => return Ok(None),
+                    Ok(Outcome::Done(_)) => {
                         step_taken(
                             ctx,
                             "journaled",
@@ -248,11 +229,16 @@ pub async fn converge(
                 let body = json!({"metadata": {
                     "resourceVersion": cm.as_ref().and_then(|c| c.metadata.resource_version.clone()),
                     "annotations": {names::JOURNAL_STEP: JournalStep::Deleting.as_str()}}});
-                match journals
-                    .patch(&journal_name, &field_manager::patch(), &Patch::Merge(&body))
-                    .await
-                {
-                    Ok(_) => step_taken(
+                let write = Write::new(
+                    Verb::AdvanceConvergence,
+                    Target::new(Kind::ConfigMap, &ctx.config.namespace, &journal_name),
+                    Request::Patch(body),
+                    format!("mark journal {}/{journal_name} deleting, then orphan-delete the StatefulSet", ctx.config.namespace),
+                )
+                .about(about_ref(&about));
+                match ctx.exec.write(&write).await {
+                    Ok(Outcome::Observed) => return Ok(None),
+                    Ok(Outcome::Done(_)) => step_taken(
                         ctx,
                         "marked",
                         namespace,
@@ -266,30 +252,26 @@ pub async fn converge(
                 // Straight on, without another read: the answer to our own delete tells a set
                 // the user deleted meanwhile (404) from ours.
                 let Some(live) = live else { continue };
-                if delete_set(
-                    ctx,
-                    &sets,
-                    &journal_name,
-                    &about,
-                    live.uid,
-                    live.resource_version,
-                )
-                .await?
-                    == Deleted::AlreadyGone
+                match delete_set(ctx, &journal_name, &about, live.uid, live.resource_version)
+                    .await?
                 {
-                    return drop_deleted_by_user(ctx, &journals, &journal_name, &about).await;
+                    Deleted::AlreadyGone => {
+                        return drop_deleted_by_user(ctx, &journals, &journal_name, &about).await;
+                    }
+                    Deleted::Observed => return Ok(None),
+                    Deleted::Sent => {}
                 }
             }
             Action::Delete {
                 uid,
                 resource_version,
-            } => {
-                if delete_set(ctx, &sets, &journal_name, &about, uid, resource_version).await?
-                    == Deleted::AlreadyGone
-                {
+            } => match delete_set(ctx, &journal_name, &about, uid, resource_version).await? {
+                Deleted::AlreadyGone => {
                     return drop_deleted_by_user(ctx, &journals, &journal_name, &about).await;
                 }
-            }
+                Deleted::Observed => return Ok(None),
+                Deleted::Sent => {}
+            },
             Action::Recheck => {
                 let (Some(raw), Some(Ok(j)), Some(cm)) = (raw, journal, cm) else {
                     continue;
@@ -315,11 +297,16 @@ pub async fn converge(
                             "resourceVersion": cm.metadata.resource_version,
                             "annotations": {names::JOURNAL_SET_RESOURCE_VERSION: rv}},
                             "data": {converge::MANAGED_FIELDS_KEY: managed_fields}});
-                        match journals
-                            .patch(&journal_name, &field_manager::patch(), &Patch::Merge(&body))
-                            .await
-                        {
-                            Ok(_) => step_taken(
+                        let write = Write::new(
+                            Verb::AdvanceConvergence,
+                            Target::new(Kind::ConfigMap, &ctx.config.namespace, &journal_name),
+                            Request::Patch(body),
+                            format!("refresh journal {}/{journal_name} to the StatefulSet's resourceVersion {rv}", ctx.config.namespace),
+                        )
+                        .about(about_ref(&about));
+                        match ctx.exec.write(&write).await {
+                            Ok(Outcome::Observed) => return Ok(None),
+                            Ok(Outcome::Done(_)) => step_taken(
                                 ctx,
                                 "refreshed",
                                 namespace,
@@ -332,7 +319,9 @@ pub async fn converge(
                         }
                     }
                     Recheck::Abandon => {
-                        drop_journal(ctx, &journals, &journal_name, &cm).await?;
+                        if !drop_journal(ctx, &journal_name, &cm, &about).await? {
+                            return Ok(None);
+                        }
                         step_taken(
                             ctx,
                             "abandoned",
@@ -356,22 +345,34 @@ pub async fn converge(
             }
             Action::Create => {
                 let Some(Ok(j)) = journal else { continue };
-                let object: DynamicObject =
-                    serde_json::from_value(j.object.clone()).map_err(|e| {
-                        Error::Invalid(format!("journaled object is not a StatefulSet: {e}"))
-                    })?;
-                match sets.create(&field_manager::post(), &object).await {
+                // Checked before it is sent: a journal that does not hold a set is a human's.
+                let _: DynamicObject = serde_json::from_value(j.object.clone()).map_err(|e| {
+                    Error::Invalid(format!("journaled object is not a StatefulSet: {e}"))
+                })?;
+                let write = Write::new(
+                    Verb::CreateStatefulSet,
+                    Target::new(Kind::StatefulSet, namespace, name),
+                    Request::Create(j.object.clone()),
+                    format!(
+                        "create StatefulSet {namespace}/{name} with its desired volume claim templates from journal {}/{journal_name}",
+                        ctx.config.namespace
+                    ),
+                )
+                .about(about_ref(&about));
+                match ctx.exec.write(&write).await {
+                    Ok(Outcome::Observed) => return Ok(None),
                     Ok(created) => {
+                        let created_uid = created.uid();
                         step_taken(
                             ctx,
                             "created",
                             namespace,
                             name,
-                            created.metadata.uid.as_deref(),
+                            created_uid.as_deref(),
                             &journal_name,
                         );
                         ctx.event(
-                            &set_ref(namespace, name, created.metadata.uid.as_deref()),
+                            &set_ref(namespace, name, created_uid.as_deref()),
                             event(
                                 EventType::Normal,
                                 "ConvergeRecreated",
@@ -393,11 +394,16 @@ pub async fn converge(
                     continue;
                 };
                 tracing::debug!(namespace, name, %resource_version, "restoring field ownership");
-                match sets
-                    .patch(name, &field_manager::patch(), &Patch::Merge(&body))
-                    .await
-                {
-                    Ok(_) => step_taken(
+                let write = Write::new(
+                    Verb::RestoreOwnership,
+                    Target::new(Kind::StatefulSet, namespace, name),
+                    Request::Patch(body),
+                    format!("give the fields of StatefulSet {namespace}/{name} back to their managers (resourceVersion {resource_version})"),
+                )
+                .about(about_ref(&about));
+                match ctx.exec.write(&write).await {
+                    Ok(Outcome::Observed) => return Ok(None),
+                    Ok(Outcome::Done(_)) => step_taken(
                         ctx,
                         "ownership-restored",
                         namespace,
@@ -412,7 +418,9 @@ pub async fn converge(
             }
             Action::Drop(reason) => {
                 let Some(cm) = cm else { continue };
-                drop_journal(ctx, &journals, &journal_name, &cm).await?;
+                if !drop_journal(ctx, &journal_name, &cm, &about).await? {
+                    return Ok(None);
+                }
                 let (type_, reason_text, note) = match reason {
                     DropReason::Finished => {
                         step_taken(
@@ -474,12 +482,13 @@ enum Deleted {
     Sent,
     /// The set was gone already: someone else deleted it.
     AlreadyGone,
+    /// Observe mode: reported, not sent.
+    Observed,
 }
 
 /// The orphan delete of the set, with the journaled uid and resourceVersion as preconditions.
 async fn delete_set(
     ctx: &Ctx,
-    sets: &Api<DynamicObject>,
     journal_name: &str,
     about: &StatefulSet,
     uid: String,
@@ -487,28 +496,32 @@ async fn delete_set(
 ) -> Result<Deleted, Error> {
     let namespace = about.metadata.namespace.as_deref().unwrap_or_default();
     let name = about.metadata.name.as_deref().unwrap_or_default();
-    let params = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Orphan),
-        preconditions: Some(Preconditions {
+    let write = Write::new(
+        Verb::DeleteStatefulSet,
+        Target {
+            uid: Some(uid.clone()),
+            resource_version: Some(resource_version.clone()),
+            ..Target::new(Kind::StatefulSet, namespace, name)
+        },
+        Request::Delete {
             uid: Some(uid.clone()),
             resource_version: Some(resource_version),
-        }),
-        ..DeleteParams::default()
-    };
-    match sets.delete(name, &params).await {
-        Ok(_) => {
+            orphan: true,
+        },
+        format!("delete StatefulSet {namespace}/{name} (uid {uid}) with propagationPolicy Orphan; pods and claims keep running"),
+    )
+    .about(about_ref(about))
+    .expected(&[404, 409])
+    .on_done(Report::normal(
+        about_ref(about),
+        "ConvergeDeleted",
+        "Converge",
+        "deleted with propagationPolicy Orphan; pods and claims keep running".to_owned(),
+    ));
+    match ctx.exec.write(&write).await {
+        Ok(Outcome::Observed) => Ok(Deleted::Observed),
+        Ok(Outcome::Done(_)) => {
             step_taken(ctx, "deleted", namespace, name, Some(&uid), journal_name);
-            ctx.event(
-                about,
-                event(
-                    EventType::Normal,
-                    "ConvergeDeleted",
-                    "Converge",
-                    "deleted with propagationPolicy Orphan; pods and claims keep running"
-                        .to_owned(),
-                ),
-            )
-            .await;
             Ok(Deleted::Sent)
         }
         Err(e) if code(&e) == Some(404) => Ok(Deleted::AlreadyGone),
@@ -523,8 +536,10 @@ async fn drop_deleted_by_user(
     journal_name: &str,
     about: &StatefulSet,
 ) -> Result<Option<Duration>, Error> {
-    if let Some(cm) = journals.get_opt(journal_name).await? {
-        drop_journal(ctx, journals, journal_name, &cm).await?;
+    if let Some(cm) = journals.get_opt(journal_name).await?
+        && !drop_journal(ctx, journal_name, &cm, about).await?
+    {
+        return Ok(None);
     }
     step_taken(
         ctx,
@@ -547,22 +562,36 @@ async fn drop_deleted_by_user(
     Ok(None)
 }
 
+/// Deletes journal `name` (this very ConfigMap: its uid is the precondition). False in
+/// observe mode, where it is only reported.
 async fn drop_journal(
-    _ctx: &Ctx,
-    journals: &Api<ConfigMap>,
+    ctx: &Ctx,
     name: &str,
     cm: &ConfigMap,
-) -> Result<(), Error> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
+    about: &StatefulSet,
+) -> Result<bool, Error> {
+    let write = Write::new(
+        Verb::EndConvergence,
+        Target {
+            uid: cm.metadata.uid.clone(),
+            ..Target::new(Kind::ConfigMap, &ctx.config.namespace, name)
+        },
+        Request::Delete {
             uid: cm.metadata.uid.clone(),
             resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match journals.delete(name, &params).await {
-        Ok(_) => Ok(()),
-        Err(e) if matches!(code(&e), Some(404 | 409)) => Ok(()),
+            orphan: false,
+        },
+        format!("delete journal ConfigMap {}/{name}", ctx.config.namespace),
+    )
+    .about(about_ref(about))
+    .expected(&[404, 409]);
+    match ctx.exec.write(&write).await {
+        Ok(outcome) => Ok(outcome.is_done()),
+        Err(e) if matches!(code(&e), Some(404 | 409)) => Ok(true),
         Err(e) => Err(e.into()),
     }
+}
+
+fn about_ref(about: &StatefulSet) -> ObjectReference {
+    kube::Resource::object_ref(about, &())
 }

@@ -34,13 +34,16 @@ use prometheus_client::registry::Registry;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::action::{self, Action, Kind, Report, Request, Target, Verb, Write};
 use super::context::{Ctx, Error, SetSnapshot};
+use super::executor::Outcome;
 use crate::admission::set_claims;
 use crate::admission::statefulset::max_unavailable;
 use crate::admission::statefulset::{ClaimUpdatePolicy, claim_update_policy};
 use crate::names;
-use act::{claim_event, event};
+use act::event;
 use plan::{PodFacts, Replica, Rollout, Slot};
+use serde_json::json;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SetLabels {
@@ -67,7 +70,6 @@ pub struct Metrics {
 
 #[derive(Debug, Default)]
 struct Memory {
-    reported: HashSet<String>,
     in_progress: HashSet<(String, String)>,
 }
 
@@ -104,15 +106,6 @@ impl Metrics {
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
         self.memory.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// True the first time `key` is reported by this controller.
-    pub fn first_report(&self, key: &str) -> bool {
-        self.memory().reported.insert(key.to_owned())
-    }
-
-    fn forget(&self, prefix: &str) {
-        self.memory().reported.retain(|k| !k.starts_with(prefix));
     }
 
     pub fn step(&self, step: &'static str) {
@@ -231,18 +224,13 @@ fn rollout_settings(set: &StatefulSet, replicas: usize) -> (Rollout, Option<Stri
 }
 
 async fn warn_once(ctx: &Ctx, key: String, set: &StatefulSet, reason: &str, note: String) {
-    if ctx.metrics.claims.first_report(&key) {
+    if ctx.exec.first_report(&key) {
         ctx.event(
             set,
             event(EventType::Warning, reason, "RolloutClaims", note),
         )
         .await;
     }
-}
-
-/// Key of a claim in the controller's expectations.
-fn claim_key(namespace: &str, name: &str) -> String {
-    format!("persistentvolumeclaims/{namespace}/{name}")
 }
 
 async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
@@ -271,8 +259,12 @@ async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
     // work on stale sizes and budgets. Its watch event triggers the next reconcile.
     let stale = snapshot.claims.iter().any(|(_, _, c)| {
         c.as_ref().is_some_and(|c| {
-            ctx.expectations.is_stale(
-                &claim_key(ns, c.metadata.name.as_deref().unwrap_or_default()),
+            ctx.exec.is_stale(
+                &action::key(
+                    Kind::Claim,
+                    ns,
+                    c.metadata.name.as_deref().unwrap_or_default(),
+                ),
                 c.metadata.resource_version.as_deref(),
             )
         })
@@ -343,129 +335,6 @@ async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
     let plan = plan::plan(&settings, &replicas, |t, n| {
         set_claims::claim_name(t, name, n)
     });
-    let claim_of = |claim: &str| {
-        snapshot
-            .claims
-            .iter()
-            .find_map(|(t, n, c)| {
-                (set_claims::claim_name(t, name, *n) == claim).then_some(c.clone())
-            })
-            .flatten()
-    };
-
-    let mut first_error = None;
-    for step in &plan.steps {
-        let changes = step.patch.changes.join(", ");
-        let claim = claim_of(&step.claim);
-        match act::patch_claim(ctx, ns, &step.claim, &step.patch.body).await {
-            Ok(_) => {
-                if let Some(version) = claim
-                    .as_ref()
-                    .and_then(|c| c.metadata.resource_version.clone())
-                {
-                    ctx.expectations.wrote(claim_key(ns, &step.claim), version);
-                }
-                metrics.patched.inc();
-                metrics.forget(&format!("{uid}/patch/{}/", step.claim));
-                let note = format!(
-                    "patched claim {} to template {:?}: {changes}",
-                    step.claim, step.template
-                );
-                if let Some(c) = &claim {
-                    ctx.event(
-                        c.as_ref(),
-                        event(
-                            EventType::Normal,
-                            "VolumeClaimPatched",
-                            "PatchClaim",
-                            note.clone(),
-                        ),
-                    )
-                    .await;
-                }
-                ctx.event(
-                    set,
-                    claim_event(
-                        EventType::Normal,
-                        "VolumeClaimPatched",
-                        "PatchClaim",
-                        note,
-                        claim.as_deref(),
-                    ),
-                )
-                .await;
-            }
-            Err(e) => {
-                metrics.patch_errors.inc();
-                let note = format!(
-                    "could not patch claim {} ({changes}): {e}; retrying",
-                    step.claim
-                );
-                if metrics.first_report(&format!("{uid}/patch/{}/{e}", step.claim)) {
-                    if let Some(c) = &claim {
-                        ctx.event(
-                            c.as_ref(),
-                            event(
-                                EventType::Warning,
-                                "VolumeClaimPatchFailed",
-                                "PatchClaim",
-                                note.clone(),
-                            ),
-                        )
-                        .await;
-                    }
-                    ctx.event(
-                        set,
-                        claim_event(
-                            EventType::Warning,
-                            "VolumeClaimPatchFailed",
-                            "PatchClaim",
-                            note,
-                            claim.as_deref(),
-                        ),
-                    )
-                    .await;
-                }
-                first_error.get_or_insert(Error::Kube(e));
-            }
-        }
-    }
-    for bad in &plan.incompatible {
-        let claim = claim_of(&bad.claim);
-        let claim_uid = claim
-            .as_ref()
-            .and_then(|c| c.metadata.uid.clone())
-            .unwrap_or_default();
-        let note = format!(
-            "claim {} cannot follow volume claim template {:?} in place: {}",
-            bad.claim, bad.template, bad.reason
-        );
-        if metrics.first_report(&format!("{uid}/incompatible/{claim_uid}/{note}")) {
-            if let Some(c) = &claim {
-                ctx.event(
-                    c.as_ref(),
-                    event(
-                        EventType::Warning,
-                        "VolumeClaimIncompatible",
-                        "RolloutClaims",
-                        note.clone(),
-                    ),
-                )
-                .await;
-            }
-            ctx.event(
-                set,
-                claim_event(
-                    EventType::Warning,
-                    "VolumeClaimIncompatible",
-                    "RolloutClaims",
-                    note,
-                    claim.as_deref(),
-                ),
-            )
-            .await;
-        }
-    }
     let labels = SetLabels {
         namespace: ns.clone(),
         statefulset: name.clone(),
@@ -484,38 +353,185 @@ async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
                 || a.contains_key(names::VOLUME_CLAIM_STATUS)
         });
     metrics.set_in_progress(ns, name, in_use && plan.in_progress);
-    let stored = annotations(set).and_then(|a| a.get(names::VOLUME_CLAIM_STATUS));
-    if in_use
-        && snapshot.journal.is_none()
-        && !status::unchanged(stored.map(String::as_str), &plan.status)
-    {
-        let was_updating = stored
-            .and_then(|s| serde_json::from_str::<Vec<status::TemplateStatus>>(s).ok())
-            .is_some_and(|s| s.iter().any(|t| t.updating > 0));
-        match act::write_status(ctx, ns, name, &status::render(&plan.status)).await {
-            Ok(()) => {
-                if was_updating && !plan.in_progress {
-                    ctx.event(
-                        set,
-                        event(
-                            EventType::Normal,
-                            "VolumeClaimRolloutComplete",
-                            "RolloutClaims",
-                            "every claim is compatible with its volume claim template".to_owned(),
-                        ),
-                    )
-                    .await;
+    let write_status = in_use && snapshot.journal.is_none();
+    let mut first_error = None;
+    for action in rollout_actions(snapshot, &plan, write_status) {
+        let Action::Write(write) = action else {
+            if let Action::Report(report) = action {
+                ctx.exec.report(&report).await;
+            }
+            continue;
+        };
+        let result = ctx.exec.write(&write).await;
+        if write.verb == Verb::PatchClaim {
+            match &result {
+                Ok(Outcome::Done(_)) => {
+                    metrics.patched.inc();
+                }
+                Ok(Outcome::Observed) => {}
+                Err(_) => {
+                    metrics.patch_errors.inc();
                 }
             }
-            Err(e) => {
-                first_error.get_or_insert(Error::Kube(e));
-            }
+        }
+        if let Err(e) = result {
+            first_error.get_or_insert(Error::Kube(e));
         }
     }
     match first_error {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// What a rollout plan does: a patch per planned step (each with its Events), a report of
+/// each claim that cannot follow its template, and the `volume-claim-status` annotation
+/// where it changes (`write_status`: the set uses the feature and no journal is open).
+pub fn rollout_actions(
+    snapshot: &SetSnapshot,
+    plan: &plan::Plan,
+    write_status: bool,
+) -> Vec<Action> {
+    let set = snapshot.set.as_ref();
+    let (ns, name) = (&snapshot.namespace, &snapshot.name);
+    let uid = set.metadata.uid.clone().unwrap_or_default();
+    let set_ref = action::reference_of(Kind::StatefulSet, &set.metadata);
+    let claim_of = |claim: &str| {
+        snapshot
+            .claims
+            .iter()
+            .find_map(|(t, n, c)| {
+                (set_claims::claim_name(t, name, *n) == claim).then_some(c.clone())
+            })
+            .flatten()
+    };
+    let mut actions = Vec::with_capacity(plan.steps.len() + plan.incompatible.len() + 1);
+    for step in &plan.steps {
+        let changes = step.patch.changes.join(", ");
+        let claim = claim_of(&step.claim);
+        let claim_ref = claim
+            .as_ref()
+            .map(|c| action::reference_of(Kind::Claim, &c.metadata));
+        let target = match &claim {
+            Some(c) => Target::of(Kind::Claim, &c.metadata),
+            None => Target::new(Kind::Claim, ns, &step.claim),
+        };
+        let done = format!(
+            "patched claim {} to template {:?}: {changes}",
+            step.claim, step.template
+        );
+        let failed = format!(
+            "could not patch claim {} ({changes}): {{error}}; retrying",
+            step.claim
+        );
+        let once = format!("{uid}/patch/{}/", step.claim);
+        let mut write = Write::new(
+            Verb::PatchClaim,
+            target,
+            Request::Patch(step.patch.body.clone()),
+            format!(
+                "patch claim {} to template {:?}: {changes}",
+                step.claim, step.template
+            ),
+        )
+        .about(set_ref.clone())
+        .expect();
+        if let Some(c) = &claim_ref {
+            write = write
+                .about(c.clone())
+                .on_done(Report::normal(
+                    c.clone(),
+                    "VolumeClaimPatched",
+                    "PatchClaim",
+                    done.clone(),
+                ))
+                .on_failed(
+                    Report::warning(
+                        c.clone(),
+                        "VolumeClaimPatchFailed",
+                        "PatchClaim",
+                        failed.clone(),
+                    )
+                    .once(format!("{once}claim/")),
+                );
+        }
+        write = write
+            .on_done(
+                Report::normal(set_ref.clone(), "VolumeClaimPatched", "PatchClaim", done)
+                    .related(claim_ref.clone()),
+            )
+            .on_failed(
+                Report::warning(
+                    set_ref.clone(),
+                    "VolumeClaimPatchFailed",
+                    "PatchClaim",
+                    failed,
+                )
+                .related(claim_ref.clone())
+                .once(once),
+            );
+        actions.push(Action::Write(write));
+    }
+    for bad in &plan.incompatible {
+        let claim = claim_of(&bad.claim);
+        let claim_uid = claim
+            .as_ref()
+            .and_then(|c| c.metadata.uid.clone())
+            .unwrap_or_default();
+        let claim_ref = claim
+            .as_ref()
+            .map(|c| action::reference_of(Kind::Claim, &c.metadata));
+        let note = format!(
+            "claim {} cannot follow volume claim template {:?} in place: {}",
+            bad.claim, bad.template, bad.reason
+        );
+        let once = format!("{uid}/incompatible/{claim_uid}/{note}");
+        if let Some(c) = &claim_ref {
+            actions.push(Action::Report(
+                Report::warning(
+                    c.clone(),
+                    "VolumeClaimIncompatible",
+                    "RolloutClaims",
+                    note.clone(),
+                )
+                .once(format!("{once}/claim")),
+            ));
+        }
+        actions.push(Action::Report(
+            Report::warning(
+                set_ref.clone(),
+                "VolumeClaimIncompatible",
+                "RolloutClaims",
+                note,
+            )
+            .related(claim_ref)
+            .once(once),
+        ));
+    }
+    let stored = annotations(set).and_then(|a| a.get(names::VOLUME_CLAIM_STATUS));
+    if write_status && !status::unchanged(stored.map(String::as_str), &plan.status) {
+        let was_updating = stored
+            .and_then(|s| serde_json::from_str::<Vec<status::TemplateStatus>>(s).ok())
+            .is_some_and(|s| s.iter().any(|t| t.updating > 0));
+        let value = status::render(&plan.status);
+        let body = json!({"metadata": {"annotations": {names::VOLUME_CLAIM_STATUS: &value}}});
+        let mut write = Write::new(
+            Verb::WriteClaimStatus,
+            Target::of(Kind::StatefulSet, &set.metadata),
+            Request::Patch(body),
+            format!("set annotation {}: {value}", names::VOLUME_CLAIM_STATUS),
+        );
+        if was_updating && !plan.in_progress {
+            write = write.on_done(Report::normal(
+                set_ref,
+                "VolumeClaimRolloutComplete",
+                "RolloutClaims",
+                "every claim is compatible with its volume claim template".to_owned(),
+            ));
+        }
+        actions.push(Action::Write(write));
+    }
+    actions
 }
 
 /// Finishes journals whose set is gone (the set controller only sees sets that exist): the
@@ -542,5 +558,219 @@ pub async fn run_journals(ctx: std::sync::Arc<Ctx>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(poll) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::controller::action::Request;
+
+    fn snapshot(status: Option<&str>) -> SetSnapshot {
+        let mut annotations = serde_json::Map::new();
+        if let Some(s) = status {
+            annotations.insert(names::VOLUME_CLAIM_STATUS.into(), s.into());
+        }
+        let set: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "db", "uid": "u1", "resourceVersion": "40",
+                         "annotations": annotations},
+            "spec": {"selector": {}, "serviceName": "web", "template": {}},
+        }))
+        .expect("set");
+        let claim = |n: u32| -> Arc<PersistentVolumeClaim> {
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {
+                    "name": format!("data-web-{n}"), "namespace": "db",
+                    "uid": format!("c{n}"), "resourceVersion": format!("{}", 10 + n)}}))
+                .expect("claim"),
+            )
+        };
+        SetSnapshot {
+            set: Arc::new(set),
+            namespace: "db".into(),
+            name: "web".into(),
+            ordinals: vec![0, 1],
+            pods: vec![(0, None), (1, None)],
+            claims: vec![
+                ("data".into(), 0, Some(claim(0))),
+                ("data".into(), 1, Some(claim(1))),
+            ],
+            journal: None,
+        }
+    }
+
+    fn plan() -> plan::Plan {
+        plan::Plan {
+            steps: vec![plan::Step {
+                template: "data".into(),
+                ordinal: 1,
+                claim: "data-web-1".into(),
+                patch: plan::ClaimPatch {
+                    body: json!({"metadata": {"resourceVersion": "11"},
+                                 "spec": {"resources": {"requests": {"storage": "2Gi"}}}}),
+                    changes: vec!["storage 1Gi -> 2Gi".into()],
+                    starts_update: true,
+                },
+            }],
+            incompatible: vec![plan::Incompatible {
+                template: "data".into(),
+                ordinal: 0,
+                claim: "data-web-0".into(),
+                reason: "storage class differs".into(),
+            }],
+            status: vec![status::TemplateStatus {
+                name: "data".into(),
+                compatible: 0,
+                updating: 1,
+                over_sized: 0,
+                total_capacity: "2Gi".into(),
+            }],
+            unavailable: 1,
+            in_progress: true,
+            held: Vec::new(),
+        }
+    }
+
+    fn writes(actions: &[Action]) -> Vec<&Write> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Write(w) => Some(w),
+                Action::Report(_) => None,
+            })
+            .collect()
+    }
+
+    fn reports(actions: &[Action]) -> Vec<(&str, Option<&str>, Option<&str>)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Report(r) => Some((
+                    r.reason.as_str(),
+                    r.regarding.kind.as_deref(),
+                    r.once.as_deref(),
+                )),
+                Action::Write(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_rollout_plan_becomes_patches_reports_and_a_status_write() {
+        let actions = rollout_actions(&snapshot(None), &plan(), true);
+        let w = writes(&actions);
+        assert_eq!(w.len(), 2, "{actions:?}");
+
+        let patch = w[0];
+        assert_eq!(patch.verb, Verb::PatchClaim);
+        assert_eq!(patch.target.key(), "persistentvolumeclaims/db/data-web-1");
+        assert_eq!(patch.target.resource_version.as_deref(), Some("11"));
+        assert!(
+            patch.expect,
+            "the view must show the patch before the next plan"
+        );
+        assert_eq!(patch.about.name.as_deref(), Some("data-web-1"));
+        assert!(
+            matches!(&patch.request, Request::Patch(b) if b["spec"]["resources"]["requests"]["storage"] == "2Gi")
+        );
+        let done: Vec<_> = patch
+            .on_done
+            .iter()
+            .map(|r| (r.reason.as_str(), r.regarding.kind.as_deref()))
+            .collect();
+        assert_eq!(
+            done,
+            [
+                ("VolumeClaimPatched", Some("PersistentVolumeClaim")),
+                ("VolumeClaimPatched", Some("StatefulSet"))
+            ]
+        );
+        assert_eq!(
+            patch.on_done[1]
+                .related
+                .as_ref()
+                .and_then(|r| r.name.as_deref()),
+            Some("data-web-1")
+        );
+        assert!(patch.on_done[0].note.contains("storage 1Gi -> 2Gi"));
+        assert!(
+            patch
+                .on_failed
+                .iter()
+                .all(|r| r.note.contains("{error}") && r.once.is_some())
+        );
+
+        assert_eq!(
+            reports(&actions),
+            [
+                (
+                    "VolumeClaimIncompatible",
+                    Some("PersistentVolumeClaim"),
+                    Some(
+                        "u1/incompatible/c0/claim data-web-0 cannot follow volume claim template \"data\" in place: storage class differs/claim"
+                    )
+                ),
+                (
+                    "VolumeClaimIncompatible",
+                    Some("StatefulSet"),
+                    Some(
+                        "u1/incompatible/c0/claim data-web-0 cannot follow volume claim template \"data\" in place: storage class differs"
+                    )
+                ),
+            ]
+        );
+
+        let status = w[1];
+        assert_eq!(status.verb, Verb::WriteClaimStatus);
+        assert_eq!(status.target.key(), "statefulsets/db/web");
+        let Request::Patch(body) = &status.request else {
+            panic!("a patch: {status:?}")
+        };
+        assert_eq!(
+            body["metadata"]["annotations"][names::VOLUME_CLAIM_STATUS],
+            status::render(&plan().status)
+        );
+        assert!(status.on_done.is_empty(), "not complete yet");
+    }
+
+    #[test]
+    fn the_status_is_written_only_where_it_changes_and_completion_is_said() {
+        let p = plan();
+        let same = status::render(&p.status);
+        assert!(
+            writes(&rollout_actions(&snapshot(Some(&same)), &p, true))
+                .iter()
+                .all(|w| w.verb != Verb::WriteClaimStatus),
+            "unchanged"
+        );
+        assert!(
+            writes(&rollout_actions(&snapshot(None), &p, false))
+                .iter()
+                .all(|w| w.verb != Verb::WriteClaimStatus),
+            "not in use, or a journal is open"
+        );
+        let done = plan::Plan {
+            steps: Vec::new(),
+            incompatible: Vec::new(),
+            in_progress: false,
+            status: vec![status::TemplateStatus {
+                compatible: 2,
+                updating: 0,
+                ..p.status[0].clone()
+            }],
+            ..p
+        };
+        let actions = rollout_actions(&snapshot(Some(&same)), &done, true);
+        let w = writes(&actions);
+        assert_eq!(w.len(), 1);
+        assert_eq!(
+            w[0].on_done
+                .iter()
+                .map(|r| r.reason.as_str())
+                .collect::<Vec<_>>(),
+            ["VolumeClaimRolloutComplete"]
+        );
     }
 }

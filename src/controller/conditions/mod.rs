@@ -16,8 +16,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
-use kube::api::Patch;
-use kube::runtime::events::{Event, EventType};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -25,7 +23,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 
+use super::action::{self, Action, Kind, Report, Request, Target, Verb, Write};
 use super::context::{Ctx, Error, SetSnapshot};
+use super::executor::{self, Outcome};
 use crate::cluster::ClusterView;
 use crate::names;
 pub use plan::{Decision, Phase, Remembered};
@@ -255,92 +255,159 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         remember(set, &decision);
         return Ok(decision.look_again);
     }
+    // Our last write of the set is not in the view yet: its watch event brings the next look.
+    if ctx.exec.is_stale(
+        &action::key(Kind::StatefulSet, &snapshot.namespace, &snapshot.name),
+        set.metadata.resource_version.as_deref(),
+    ) {
+        return Ok(decision.look_again);
+    }
     let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &snapshot.namespace);
-    // The cache can lag behind our own writes (the event of the record write triggers a
-    // reconcile before the status write shows): decide again on a fresh read, so that a
-    // stale copy costs a GET rather than a refused patch.
+    // The view can lag behind writes of others too (the built-in controller's status write
+    // reaches it after the trigger): decide again on a fresh read, so that a stale copy costs
+    // a GET rather than a refused patch.
     let set = match api.get_opt(&snapshot.name).await? {
         Some(fresh) if fresh.metadata.uid == set.metadata.uid => fresh,
         _ => return Ok(None),
     };
     let decision = decide(&set, remembered.as_ref(), now);
     past_deadline(matches!(decision.phase, Phase::Stalled(_)));
-    let existing = set
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or(&[]);
-    let params = crate::field_manager::patch();
     let metrics = &ctx.metrics.conditions;
-    let mut resource_version = set.metadata.resource_version.clone();
+    let mut resource_version: Option<String> = None;
+    for action in actions(&set, &decision)? {
+        let Action::Write(mut write) = action else {
+            continue;
+        };
+        if let Some(version) = &resource_version {
+            // Chained: the conditions write follows the record write's version.
+            chain(&mut write, version);
+        }
+        match ctx.exec.write(&write).await {
+            Ok(Outcome::Done(written)) => {
+                resource_version = written.and_then(|o| o.metadata.resource_version);
+                match write.verb {
+                    Verb::WriteProgress => {
+                        metrics.progress_writes.inc();
+                        if decision.deadline_exceeded {
+                            metrics.deadlines_exceeded.inc();
+                            tracing::warn!(namespace = %snapshot.namespace, name = %snapshot.name, "progress deadline exceeded");
+                        }
+                    }
+                    _ => {
+                        metrics.condition_writes.inc();
+                        remember(&set, &decision);
+                    }
+                }
+            }
+            // Reported, not written: nothing to chain or remember.
+            Ok(Outcome::Observed) => {}
+            // Computed from a set that moved on, or is gone: its watch event brings the next
+            // look.
+            Err(e) if matches!(executor::code(&e), Some(404 | 409)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(decision.look_again)
+}
 
+/// Makes `write` carry `resource_version` as its precondition.
+fn chain(write: &mut Write, resource_version: &str) {
+    write.target.resource_version = Some(resource_version.to_owned());
+    if let Request::Patch(body) | Request::PatchStatus(body) = &mut write.request
+        && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+    {
+        meta.insert("resourceVersion".to_owned(), resource_version.into());
+    }
+}
+
+/// What a decision writes, each with `set`'s resourceVersion as its precondition: the
+/// progress record (or its removal) with the deadline warning, then the conditions.
+pub fn actions(set: &StatefulSet, decision: &Decision) -> Result<Vec<Action>, Error> {
+    let mut actions = Vec::with_capacity(2);
+    let target = Target::of(Kind::StatefulSet, &set.metadata);
+    let resource_version = set.metadata.resource_version.clone();
     if decision.progress.is_some() || decision.remove_progress {
         // `null` removes the annotation (JSON merge patch).
-        let text = match &decision.progress {
-            Some(progress) => serde_json::Value::String(
-                serde_json::to_string(progress)
-                    .map_err(|e| Error::Invalid(format!("progress record: {e}")))?,
+        let (text, summary) = match &decision.progress {
+            Some(progress) => {
+                let text = serde_json::to_string(progress)
+                    .map_err(|e| Error::Invalid(format!("progress record: {e}")))?;
+                let summary = format!("set annotation {}: {text}", names::PROGRESS);
+                (serde_json::Value::String(text), summary)
+            }
+            None => (
+                serde_json::Value::Null,
+                format!(
+                    "remove annotation {} (the rollout is complete)",
+                    names::PROGRESS
+                ),
             ),
-            None => serde_json::Value::Null,
         };
         let body = json!({"metadata": {
             "resourceVersion": resource_version,
             "annotations": {names::PROGRESS: text},
         }});
-        match api
-            .patch(&snapshot.name, &params, &Patch::Merge(&body))
-            .await
-        {
-            Ok(written) => resource_version = written.metadata.resource_version,
-            // The set moved on: its watch event brings the next look.
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(None),
-            Err(error) => return Err(error.into()),
-        }
-        metrics.progress_writes.inc();
+        let mut write = Write::new(
+            Verb::WriteProgress,
+            target.clone(),
+            Request::Patch(body),
+            summary,
+        )
+        .expect()
+        .expected(&[404, 409]);
         // The record holds the transition, so this is said once however the rest goes.
         if decision.deadline_exceeded {
-            metrics.deadlines_exceeded.inc();
+            let existing = set
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .unwrap_or(&[]);
             let note = decision
                 .conditions
                 .as_deref()
                 .unwrap_or(existing)
                 .iter()
                 .find(|c| c.type_.as_deref() == Some(plan::PROGRESSING))
-                .and_then(|c| c.message.clone());
-            tracing::warn!(namespace = %snapshot.namespace, name = %snapshot.name, "progress deadline exceeded");
-            ctx.event(
-                &set,
-                Event {
-                    type_: EventType::Warning,
-                    reason: plan::reason::PROGRESS_DEADLINE_EXCEEDED.to_owned(),
-                    note,
-                    action: "TrackRollout".to_owned(),
-                    secondary: None,
-                },
-            )
-            .await;
+                .and_then(|c| c.message.clone())
+                .unwrap_or_default();
+            write = write.on_done(Report::warning(
+                target.reference(),
+                plan::reason::PROGRESS_DEADLINE_EXCEEDED,
+                "TrackRollout",
+                note,
+            ));
         }
+        actions.push(Action::Write(write));
     }
-
     if let Some(conditions) = &decision.conditions {
         let body = json!({
             "metadata": {"resourceVersion": resource_version},
             "status": {"conditions": conditions},
         });
-        match api
-            .patch_status(&snapshot.name, &params, &Patch::Merge(&body))
-            .await
-        {
-            Ok(_) => {
-                metrics.condition_writes.inc();
-                remember(&set, &decision);
-            }
-            // Computed from a status that is gone; the watch brings the new one.
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(None),
-            Err(error) => return Err(error.into()),
-        }
+        let summary = conditions
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={} ({})",
+                    c.type_.as_deref().unwrap_or_default(),
+                    c.status.as_deref().unwrap_or_default(),
+                    c.reason.as_deref().unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        actions.push(Action::Write(
+            Write::new(
+                Verb::WriteConditions,
+                target,
+                Request::PatchStatus(body),
+                format!("set status.conditions: {summary}"),
+            )
+            .expect()
+            .expected(&[404, 409]),
+        ));
     }
-    Ok(decision.look_again)
+    Ok(actions)
 }
 
 fn decide(set: &StatefulSet, remembered: Option<&Remembered>, now: jiff::Timestamp) -> Decision {
@@ -362,6 +429,7 @@ fn decide(set: &StatefulSet, remembered: Option<&Remembered>, now: jiff::Timesta
 mod tests {
     use super::*;
     use crate::cluster::{ClusterObjects, ClusterWriters};
+    use k8s_openapi::api::apps::v1::StatefulSetCondition;
 
     fn set(namespace: &str, name: &str) -> crate::cluster::lite::SetLite {
         serde_json::from_value(json!({
@@ -384,6 +452,134 @@ mod tests {
         text.lines()
             .find(|l| l.starts_with("statefulsets_past_progress_deadline "))
             .map(str::to_owned)
+    }
+
+    fn stalled_set() -> StatefulSet {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "db", "name": "web", "uid": "u1", "resourceVersion": "7"},
+            "spec": {"selector": {}, "template": {}, "serviceName": "web"},
+        }))
+        .expect("set")
+    }
+
+    fn condition(type_: &str, status: &str, reason: &str, message: &str) -> StatefulSetCondition {
+        StatefulSetCondition {
+            type_: Some(type_.to_owned()),
+            status: Some(status.to_owned()),
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            last_transition_time: None,
+        }
+    }
+
+    #[test]
+    fn a_decision_becomes_a_record_write_with_its_warning_then_the_conditions() {
+        let set = stalled_set();
+        let decision = Decision {
+            phase: Phase::Stalled("1 of 3 updated".into()),
+            conditions: Some(vec![
+                condition("Available", "True", "MinimumReplicasAvailable", "ok"),
+                condition(
+                    plan::PROGRESSING,
+                    "False",
+                    "ProgressDeadlineExceeded",
+                    "stuck at 1 of 3",
+                ),
+            ]),
+            progress: Some(plan::Progress {
+                rollout: "web-2".into(),
+                complete: false,
+                progress_at: "2026-11-24T00:00:00Z".into(),
+                best: plan::Marks::default(),
+                available: None,
+                progressing: None,
+            }),
+            remove_progress: false,
+            deadline_exceeded: true,
+            look_again: None,
+        };
+        let actions = actions(&set, &decision).expect("actions");
+        let writes: Vec<&Write> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Write(w) => Some(w),
+                Action::Report(_) => None,
+            })
+            .collect();
+        assert_eq!(writes.len(), 2, "{actions:?}");
+        let (record, conditions) = (writes[0], writes[1]);
+        assert_eq!(record.verb, Verb::WriteProgress);
+        assert!(record.expect && conditions.expect);
+        assert_eq!(record.expected, [404, 409]);
+        let Request::Patch(body) = &record.request else {
+            panic!("{record:?}")
+        };
+        assert_eq!(body["metadata"]["resourceVersion"], "7");
+        assert!(
+            body["metadata"]["annotations"][names::PROGRESS]
+                .as_str()
+                .is_some_and(|r| r.contains("web-2"))
+        );
+        let warned: Vec<_> = record
+            .on_done
+            .iter()
+            .map(|r| (r.type_, r.reason.as_str(), r.note.as_str()))
+            .collect();
+        assert_eq!(
+            warned,
+            [(
+                kube::runtime::events::EventType::Warning,
+                "ProgressDeadlineExceeded",
+                "stuck at 1 of 3"
+            )]
+        );
+        assert_eq!(conditions.verb, Verb::WriteConditions);
+        let Request::PatchStatus(body) = &conditions.request else {
+            panic!("{conditions:?}")
+        };
+        assert_eq!(body["status"]["conditions"][1]["status"], "False");
+        assert!(
+            conditions
+                .summary
+                .contains("Progressing=False (ProgressDeadlineExceeded)")
+        );
+
+        // The chained precondition: the conditions follow the record's new version.
+        let mut chained = conditions.clone();
+        chain(&mut chained, "8");
+        assert_eq!(chained.target.resource_version.as_deref(), Some("8"));
+        let Request::PatchStatus(body) = &chained.request else {
+            panic!()
+        };
+        assert_eq!(body["metadata"]["resourceVersion"], "8");
+    }
+
+    #[test]
+    fn a_settled_set_only_loses_its_record_and_an_unchanged_one_gets_nothing() {
+        let set = stalled_set();
+        let removal = Decision {
+            phase: Phase::Complete,
+            conditions: None,
+            progress: None,
+            remove_progress: true,
+            deadline_exceeded: false,
+            look_again: None,
+        };
+        let planned = actions(&set, &removal).expect("actions");
+        assert_eq!(planned.len(), 1);
+        let Action::Write(w) = &planned[0] else {
+            panic!("{planned:?}")
+        };
+        let Request::Patch(body) = &w.request else {
+            panic!("{w:?}")
+        };
+        assert!(body["metadata"]["annotations"][names::PROGRESS].is_null());
+        assert!(w.on_done.is_empty());
+        let nothing = Decision {
+            remove_progress: false,
+            ..removal
+        };
+        assert!(actions(&set, &nothing).expect("actions").is_empty());
     }
 
     #[test]

@@ -22,16 +22,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::Api;
-use kube::api::Patch;
 use kube::runtime::events::{Event, EventType};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::action::{Kind as Kind2, Report, Request, Target, Verb, Write};
 use super::context::Ctx;
-use crate::admission::claim::default_class::DefaultSource;
+use super::executor::Outcome as Outcome2;
+use crate::admission::claim::default_class::{DefaultClass, DefaultSource};
 use crate::cluster::{Change, ClusterView, Kind};
 pub use plan::{Leave, Outcome, Plan};
 
@@ -247,44 +247,31 @@ impl Worker<'_> {
             return;
         };
         let (namespace, name) = key;
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.ctx.client.clone(), namespace);
-        let params = crate::field_manager::patch();
-        let body = plan::patch_body(&class.name, &resource_version);
         let metrics = &self.ctx.metrics.default_class;
         metrics.attempts.inc();
-        let result = api.patch(name, &params, &Patch::Merge(&body)).await;
+        let write = assign(&claim, &class, &resource_version);
+        let result = match self.ctx.exec.write(&write).await {
+            Ok(Outcome2::Observed) => {
+                // Reported; the claim is looked at again when it changes.
+                self.tried(key, &resource_version);
+                return;
+            }
+            Ok(Outcome2::Done(_)) => Ok(()),
+            Err(e) => Err(e),
+        };
         let (outcome, message) = match &result {
-            Ok(_) => (Outcome::Assigned, String::new()),
+            Ok(()) => (Outcome::Assigned, String::new()),
             Err(kube::Error::Api(status)) => (plan::classify(status.code), status.message.clone()),
             Err(error) => (Outcome::Transient, error.to_string()),
         };
         if outcome != Outcome::Assigned {
             metrics.errors.inc();
         }
-        let source = match class.source {
-            DefaultSource::Namespace => format!("the default of namespace {namespace:?}"),
-            DefaultSource::Cluster => "the cluster default".to_owned(),
-        };
+        let source = source_text(&class, namespace);
         match outcome {
             Outcome::Assigned => {
                 tracing::info!(%namespace, %name, class = %class.name, "assigned the default StorageClass");
                 self.tried(key, &resource_version);
-                let note = format!(
-                    "Assigned StorageClass {:?} ({source}) to the claim created without one",
-                    class.name
-                );
-                self.ctx
-                    .event(
-                        &*claim,
-                        Event {
-                            type_: EventType::Normal,
-                            reason: "DefaultStorageClassAssigned".to_owned(),
-                            note: Some(note),
-                            action: "AssignStorageClass".to_owned(),
-                            secondary: None,
-                        },
-                    )
-                    .await;
             }
             Outcome::Conflict => {
                 // The claim moved (bound, given a class, edited): its watch event decides anew.
@@ -341,6 +328,46 @@ impl Worker<'_> {
     }
 }
 
+/// Where the default came from, for Event notes.
+fn source_text(class: &DefaultClass, namespace: &str) -> String {
+    match class.source {
+        DefaultSource::Namespace => format!("the default of namespace {namespace:?}"),
+        DefaultSource::Cluster => "the cluster default".to_owned(),
+    }
+}
+
+/// The write that gives `claim` (as the view holds it at `resource_version`) the default
+/// `class`, with the Event it publishes once done.
+pub fn assign(
+    claim: &PersistentVolumeClaim,
+    class: &DefaultClass,
+    resource_version: &str,
+) -> Write {
+    let target = Target::of(Kind2::Claim, &claim.metadata);
+    let namespace = target.namespace.clone();
+    let note = format!(
+        "Assigned StorageClass {:?} ({}) to the claim created without one",
+        class.name,
+        source_text(class, &namespace)
+    );
+    Write::new(
+        Verb::AssignStorageClass,
+        target.clone(),
+        Request::Patch(plan::patch_body(&class.name, resource_version)),
+        format!(
+            "set spec.storageClassName to {:?} ({})",
+            class.name,
+            source_text(class, &namespace)
+        ),
+    )
+    .on_done(Report::normal(
+        target.reference(),
+        "DefaultStorageClassAssigned",
+        "AssignStorageClass",
+        note,
+    ))
+}
+
 /// Event notes are limited to 1 kB.
 fn truncate(mut text: String, max: usize) -> String {
     if text.len() > max {
@@ -361,6 +388,46 @@ mod tests {
     use crate::cluster::ClusterWriters;
     use crate::cluster::lite::ClaimLite;
     use kube::runtime::watcher::Event;
+
+    #[test]
+    fn an_assignment_is_a_precondition_patch_with_its_event() {
+        let claim: PersistentVolumeClaim =
+            serde_json::from_value(json!({"metadata": {"name": "scratch", "namespace": "ns",
+                "uid": "c1", "resourceVersion": "12"}}))
+            .expect("claim");
+        let class = DefaultClass {
+            name: "gold".into(),
+            source: DefaultSource::Namespace,
+        };
+        let write = assign(&claim, &class, "12");
+        assert_eq!(write.verb, Verb::AssignStorageClass);
+        assert_eq!(write.target.key(), "persistentvolumeclaims/ns/scratch");
+        assert_eq!(
+            write.request,
+            Request::Patch(json!({"metadata": {"resourceVersion": "12"},
+                                  "spec": {"storageClassName": "gold"}}))
+        );
+        assert!(
+            write.summary.contains("the default of namespace \"ns\""),
+            "{}",
+            write.summary
+        );
+        let done: Vec<_> = write
+            .on_done
+            .iter()
+            .map(|r| (r.reason.as_str(), r.regarding.uid.as_deref()))
+            .collect();
+        assert_eq!(done, [("DefaultStorageClassAssigned", Some("c1"))]);
+        let cluster = DefaultClass {
+            source: DefaultSource::Cluster,
+            ..class
+        };
+        assert!(
+            assign(&claim, &cluster, "12").on_done[0]
+                .note
+                .contains("the cluster default")
+        );
+    }
 
     fn claim(name: &str, uid: &str, rv: &str, spec: serde_json::Value) -> ClaimLite {
         serde_json::from_value(json!({

@@ -3,15 +3,14 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::Api;
-use kube::api::{DeleteParams, Preconditions};
-use kube::runtime::events::{Event, EventType};
+use k8s_openapi::api::core::v1::ObjectReference;
 
 use super::SetLabels;
 use super::plan::{self, Skip};
 use crate::admission::GateStatus;
+use crate::controller::action::{self, Action, Kind, Report, Request, Target, Verb, Write};
 use crate::controller::context::{Ctx, Error, SetSnapshot};
+use crate::controller::executor::Outcome;
 
 /// While the gate is unknown, sets that would need the driver are looked at again this often
 /// (the probe's answer cannot trigger a reconcile by itself).
@@ -53,45 +52,59 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         plan.max_unavailable,
         plan.unavailable,
     );
-    if plan.hold == plan::Hold::RecreatedAtCurrentRevision
-        && metrics.first_report(&rollout.uid, &rollout.update_revision)
-    {
-        report_missing_rolling_update(snapshot, &rollout, &plan, ctx).await;
-    }
-    if plan.deletions.is_empty() {
-        tracing::debug!(%namespace, %name, unavailable = plan.unavailable, outdated = plan.outdated, hold = ?plan.hold, "maxUnavailable: nothing to delete");
+    // A pod we deleted that the view still shows as it was: the budget would be counted
+    // without that deletion. The pod's watch event triggers the next look.
+    let stale = snapshot.pods.iter().any(|(_, pod)| {
+        pod.as_ref().is_some_and(|p| {
+            ctx.exec.is_stale(
+                &action::key(
+                    Kind::Pod,
+                    namespace,
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                ),
+                p.metadata.resource_version.as_deref(),
+            )
+        })
+    });
+    if stale {
         return Ok(plan.recheck_after);
     }
-
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let mut deleted: Vec<&str> = Vec::with_capacity(plan.deletions.len());
     let mut first_deleted = None;
-    let mut failure = None;
-    for deletion in &plan.deletions {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(deletion.uid.clone()),
-                resource_version: Some(deletion.resource_version.clone()),
-            }),
-            ..DeleteParams::default()
-        };
-        match pods.delete(&deletion.name, &params).await {
-            Ok(_) => {
+    let mut observed = false;
+    let mut writes = Vec::with_capacity(plan.deletions.len());
+    for action in actions(snapshot, &rollout, &plan) {
+        match action {
+            Action::Report(report) => {
+                if ctx.exec.report(&report).await {
+                    report_missing_rolling_update(snapshot, &plan);
+                }
+            }
+            Action::Write(write) => writes.push(write),
+        }
+    }
+    for (deletion, write) in plan.deletions.iter().zip(writes) {
+        match ctx.exec.write(&write).await {
+            Ok(Outcome::Done(_)) => {
                 first_deleted.get_or_insert(deletion);
                 deleted.push(deletion.name.as_str());
             }
+            Ok(Outcome::Observed) => observed = true,
             // Gone, or changed since our view (the built-in controller may have deleted it
             // first): either way its unavailability was already in the budget.
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
                 tracing::debug!(%namespace, pod = %deletion.name, code = status.code, "pod changed before deletion; skipped");
             }
             Err(error) => {
-                failure = Some((deletion.name.clone(), error));
-                break;
+                metrics.deleted(deleted.len());
+                return Err(error.into());
             }
         }
     }
     metrics.deleted(deleted.len());
+    if observed {
+        return Ok(plan.recheck_after);
+    }
     if !deleted.is_empty() {
         tracing::info!(
             %namespace, %name, pods = ?deleted, update_revision = %rollout.update_revision,
@@ -105,72 +118,90 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
             plan.max_unavailable,
             plan.unavailable
         );
-        ctx.event(
-            snapshot.set.as_ref(),
-            Event {
-                type_: EventType::Normal,
-                reason: "MaxUnavailableBatch".into(),
-                note: Some(note),
-                action: "DeletePods".into(),
-                // The recorder folds events with the same key into one series, keeping the
-                // first note; the batch's first pod (a new uid each time) keeps batches apart.
-                secondary: first_deleted.map(|d| pod_reference(namespace, d)),
-            },
-        )
-        .await;
-    }
-    if let Some((pod, error)) = failure {
-        ctx.event(
-            snapshot.set.as_ref(),
-            Event {
-                type_: EventType::Warning,
-                reason: "MaxUnavailableDeleteFailed".into(),
-                note: Some(format!(
-                    "Could not delete pod {pod} for the update: {error}"
-                )),
-                action: "DeletePods".into(),
-                secondary: None,
-            },
-        )
-        .await;
-        return Err(error.into());
+        // The recorder folds events with the same key into one series, keeping the first
+        // note; the batch's first pod (a new uid each time) keeps batches apart.
+        ctx.exec
+            .report(
+                &Report::normal(set_ref(snapshot), "MaxUnavailableBatch", "DeletePods", note)
+                    .related(first_deleted.map(|d| pod_reference(namespace, d))),
+            )
+            .await;
     }
     Ok(plan.recheck_after)
 }
 
-/// Says, once per rollout, why the budget is not used for the set's old pods and what the set
-/// needs for it.
-async fn report_missing_rolling_update(
-    snapshot: &SetSnapshot,
-    rollout: &plan::Rollout,
-    plan: &plan::Plan,
-    ctx: &Ctx,
-) {
-    let below = rollout.recreated_at_current_below.unwrap_or(0);
+fn set_ref(snapshot: &SetSnapshot) -> k8s_openapi::api::core::v1::ObjectReference {
+    action::reference_of(Kind::StatefulSet, &snapshot.set.metadata)
+}
+
+/// What a plan does: the once-per-rollout warning where the budget cannot be used, then
+/// one precondition delete per planned pod (highest ordinal first), each remembered in the
+/// expectations. Deletions come last so that they zip with `plan.deletions`.
+pub fn actions(snapshot: &SetSnapshot, rollout: &plan::Rollout, plan: &plan::Plan) -> Vec<Action> {
+    let mut actions = Vec::with_capacity(plan.deletions.len() + 1);
+    if plan.hold == plan::Hold::RecreatedAtCurrentRevision {
+        let below = rollout.recreated_at_current_below.unwrap_or(0);
+        let note = format!(
+            "maxUnavailable {} is not used for {} old pods: spec.updateStrategy has no rollingUpdate, so the \
+             StatefulSet controller re-creates a pod below status.currentReplicas ({below}) at the old \
+             revision and deleting it early would restart it twice; they are updated one at a time. Set \
+             spec.updateStrategy.rollingUpdate: {{partition: 0}} (what an empty type defaults to; the \
+             webhook adds it on the set's next write)",
+            plan.max_unavailable, plan.left_to_builtin
+        );
+        actions.push(Action::Report(
+            Report::warning(
+                set_ref(snapshot),
+                "MaxUnavailableNeedsRollingUpdate",
+                "DeletePods",
+                note,
+            )
+            .once(format!(
+                "max-unavailable/{}/{}",
+                rollout.uid, rollout.update_revision
+            )),
+        ));
+    }
+    for deletion in &plan.deletions {
+        let target = Target {
+            uid: Some(deletion.uid.clone()),
+            resource_version: Some(deletion.resource_version.clone()),
+            ..Target::new(Kind::Pod, &snapshot.namespace, &deletion.name)
+        };
+        let request = Request::Delete {
+            uid: Some(deletion.uid.clone()),
+            resource_version: Some(deletion.resource_version.clone()),
+            orphan: false,
+        };
+        let summary = format!(
+            "delete pod {} (old revision) for the update to revision {} within maxUnavailable {}",
+            deletion.name, rollout.update_revision, plan.max_unavailable
+        );
+        actions.push(Action::Write(
+            Write::new(Verb::DeletePod, target, request, summary)
+                .expect()
+                .expected(&[404, 409])
+                .on_failed(Report::warning(
+                    set_ref(snapshot),
+                    "MaxUnavailableDeleteFailed",
+                    "DeletePods",
+                    format!(
+                        "Could not delete pod {} for the update: {{error}}",
+                        deletion.name
+                    ),
+                )),
+        ));
+    }
+    actions
+}
+
+/// Logs why the budget is not used for the set's old pods (the Event says it once per
+/// rollout).
+fn report_missing_rolling_update(snapshot: &SetSnapshot, plan: &plan::Plan) {
     tracing::warn!(
         namespace = %snapshot.namespace, name = %snapshot.name, left_to_builtin = plan.left_to_builtin,
-        current_replicas = below,
         "maxUnavailable not used: spec.updateStrategy has no rollingUpdate, pods would come back at the old revision"
     );
-    let note = format!(
-        "maxUnavailable {} is not used for {} old pods: spec.updateStrategy has no rollingUpdate, so the \
-         StatefulSet controller re-creates a pod below status.currentReplicas ({below}) at the old \
-         revision and deleting it early would restart it twice; they are updated one at a time. Set \
-         spec.updateStrategy.rollingUpdate: {{partition: 0}} (what an empty type defaults to; the \
-         webhook adds it on the set's next write)",
-        plan.max_unavailable, plan.left_to_builtin
-    );
-    ctx.event(
-        snapshot.set.as_ref(),
-        Event {
-            type_: EventType::Warning,
-            reason: "MaxUnavailableNeedsRollingUpdate".into(),
-            note: Some(note),
-            action: "DeletePods".into(),
-            secondary: None,
-        },
-    )
-    .await;
 }
 
 fn pod_reference(namespace: &str, deletion: &plan::Deletion) -> ObjectReference {
@@ -201,7 +232,123 @@ fn pod_list(pods: &[&str]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use k8s_openapi::api::apps::v1::StatefulSet;
+
+    fn snapshot() -> SetSnapshot {
+        let set: StatefulSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "db", "uid": "u1", "resourceVersion": "9"},
+            "spec": {"selector": {}, "serviceName": "web", "template": {}},
+        }))
+        .expect("set");
+        SetSnapshot {
+            set: Arc::new(set),
+            namespace: "db".into(),
+            name: "web".into(),
+            ordinals: vec![0, 1, 2],
+            pods: Vec::new(),
+            claims: Vec::new(),
+            journal: None,
+        }
+    }
+
+    fn rollout(below: Option<usize>) -> plan::Rollout {
+        plan::Rollout {
+            uid: "u1".into(),
+            policy: plan::PodManagement::Parallel,
+            replicas: 3,
+            partition: 0,
+            max_unavailable: 2,
+            source: plan::Source::Annotation,
+            min_ready_seconds: 0,
+            update_revision: "web-2".into(),
+            recreated_at_current_below: below,
+        }
+    }
+
+    fn deletion(ordinal: u32) -> plan::Deletion {
+        plan::Deletion {
+            ordinal,
+            name: format!("web-{ordinal}"),
+            uid: format!("p{ordinal}"),
+            resource_version: format!("{}", 20 + ordinal),
+            already_unavailable: false,
+        }
+    }
+
+    fn batch(hold: plan::Hold, deletions: Vec<plan::Deletion>) -> plan::Plan {
+        plan::Plan {
+            max_unavailable: 2,
+            unavailable: 0,
+            outdated: 3,
+            left_to_builtin: 0,
+            deletions,
+            hold,
+            recheck_after: None,
+        }
+    }
+
+    #[test]
+    fn a_batch_becomes_precondition_deletes_highest_ordinal_first() {
+        let plan = batch(plan::Hold::BudgetUsed, vec![deletion(2), deletion(1)]);
+        let actions = actions(&snapshot(), &rollout(None), &plan);
+        assert_eq!(actions.len(), 2);
+        for (action, ordinal) in actions.iter().zip([2u32, 1]) {
+            let Action::Write(w) = action else {
+                panic!("{action:?}")
+            };
+            assert_eq!(w.verb, Verb::DeletePod);
+            assert_eq!(w.target.key(), format!("pods/db/web-{ordinal}"));
+            assert!(
+                w.expect,
+                "the budget must not be counted from a lagging view"
+            );
+            assert_eq!(w.expected, [404, 409]);
+            assert_eq!(
+                w.request,
+                Request::Delete {
+                    uid: Some(format!("p{ordinal}")),
+                    resource_version: Some(format!("{}", 20 + ordinal)),
+                    orphan: false,
+                }
+            );
+            assert_eq!(w.about.kind.as_deref(), Some("Pod"));
+            assert_eq!(w.on_failed.len(), 1);
+            assert_eq!(w.on_failed[0].reason, "MaxUnavailableDeleteFailed");
+            assert_eq!(
+                w.on_failed[0].regarding.kind.as_deref(),
+                Some("StatefulSet")
+            );
+        }
+        assert!(actions_nothing_to_do());
+    }
+
+    fn actions_nothing_to_do() -> bool {
+        actions(
+            &snapshot(),
+            &rollout(None),
+            &batch(plan::Hold::Nothing, Vec::new()),
+        )
+        .is_empty()
+    }
+
+    #[test]
+    fn pods_left_to_the_builtin_controller_are_reported_once_per_rollout() {
+        let plan = plan::Plan {
+            left_to_builtin: 3,
+            ..batch(plan::Hold::RecreatedAtCurrentRevision, Vec::new())
+        };
+        let actions = actions(&snapshot(), &rollout(Some(3)), &plan);
+        assert_eq!(actions.len(), 1);
+        let Action::Report(r) = &actions[0] else {
+            panic!("{actions:?}")
+        };
+        assert_eq!(r.reason, "MaxUnavailableNeedsRollingUpdate");
+        assert_eq!(r.once.as_deref(), Some("max-unavailable/u1/web-2"));
+        assert!(r.note.contains("status.currentReplicas (3)"), "{}", r.note);
+    }
 
     #[test]
     fn long_batches_are_shortened_in_events() {

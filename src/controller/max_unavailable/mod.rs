@@ -15,7 +15,7 @@ pub mod act;
 pub mod gate;
 pub mod plan;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -75,13 +75,7 @@ pub struct Metrics {
     /// Label sets in use per `(namespace, name)`, so that series of sets the driver no longer
     /// handles (deleted, gate on, maxUnavailable removed) go away: bounded cardinality.
     series: Mutex<HashMap<(String, String), SetLabels>>,
-    /// Rollouts (set uid, update revision) already reported as needing `rollingUpdate`.
-    reported: Mutex<HashSet<(String, String)>>,
 }
-
-/// Rollouts remembered as reported at most; past it the memory starts over (costing at
-/// worst one more event per rollout).
-const MAX_REPORTED: usize = 10_000;
 
 impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
@@ -93,7 +87,6 @@ impl Metrics {
             unavailable_replicas: Family::default(),
             deleted_pods: Counter::default(),
             series: Mutex::new(HashMap::new()),
-            reported: Mutex::new(HashSet::new()),
         };
         metrics.gate_enabled.set(GateStatus::Unknown.metric_value());
         registry.register(
@@ -172,20 +165,6 @@ impl Metrics {
             .set(i64::try_from(unavailable).unwrap_or(i64::MAX));
     }
 
-    /// Whether the rollout of set `uid` to `revision` is reported for the first time (then
-    /// it is remembered).
-    pub fn first_report(&self, uid: &str, revision: &str) -> bool {
-        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (uid.to_owned(), revision.to_owned());
-        if reported.contains(&key) {
-            return false;
-        }
-        if reported.len() >= MAX_REPORTED {
-            reported.clear();
-        }
-        reported.insert(key)
-    }
-
     /// Drops the series of a set the driver no longer handles.
     pub fn forget(&self, namespace: &str, name: &str) {
         let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
@@ -254,14 +233,5 @@ mod tests {
         metrics.record_gate(GateStatus::Disabled);
         assert!(text(&registry).contains("max_unavailable_gate_enabled 0"));
         assert_eq!(metrics.gate_cell().get(), GateStatus::Disabled);
-    }
-
-    #[test]
-    fn each_rollout_is_reported_once() {
-        let metrics = Metrics::register(&mut Registry::default());
-        assert!(metrics.first_report("uid-1", "web-2"));
-        assert!(!metrics.first_report("uid-1", "web-2"));
-        assert!(metrics.first_report("uid-1", "web-3"), "the next rollout");
-        assert!(metrics.first_report("uid-2", "web-2"), "another set");
     }
 }

@@ -1,0 +1,438 @@
+//! The one place the controller's writes go through. Every feature plans [`Action`]s from the
+//! cluster view; the executor carries them out:
+//!
+//! - every write carries the field manager `stateful-admission` ([`crate::field_manager`]) and
+//!   waits for the client's write rate limit ([`crate::write_limit`]);
+//! - expectations: after a write planned from version R of an object, plans that read the
+//!   object at R are stale until the view shows the write (the "expectations" of upstream
+//!   controllers), so a lagging view never leads to a second write;
+//! - Events, report-once where the plan says so (bounded memory);
+//! - `controller_actions_total{action, result}`;
+//! - the mode: in [`Mode::Observe`] nothing is written but Events; each write is reported as
+//!   a `Would<Verb>` Event on its object (once per object and planned change), counted with
+//!   result `observed`, and logged. That is the only branch on the mode.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, Preconditions, PropagationPolicy};
+use kube::runtime::events::{Event, Recorder, Reporter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use super::action::{Action, Report, Request, Write};
+use crate::field_manager;
+use crate::names;
+
+/// Whether the controller acts or only says what it would do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Enforce,
+    /// Plan everything, write nothing but Events.
+    Observe,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enforce => "enforce",
+            Self::Observe => "observe",
+        }
+    }
+}
+
+/// What became of a write.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Written; the object as the apiserver answered (a delete may answer with a status).
+    Done(Option<Box<DynamicObject>>),
+    /// Observe mode: reported, not written.
+    Observed,
+}
+
+impl Outcome {
+    pub fn is_done(&self) -> bool {
+        matches!(self, Self::Done(_))
+    }
+
+    /// The resourceVersion the write produced, if the apiserver returned the object.
+    pub fn resource_version(&self) -> Option<String> {
+        match self {
+            Self::Done(Some(o)) => o.metadata.resource_version.clone(),
+            _ => None,
+        }
+    }
+
+    /// The uid of the object the write produced, if returned.
+    pub fn uid(&self) -> Option<String> {
+        match self {
+            Self::Done(Some(o)) => o.metadata.uid.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// The HTTP status of a failed request, if it was one.
+pub fn code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    pub action: &'static str,
+    pub result: &'static str,
+}
+
+/// `controller_actions_total`.
+#[derive(Debug, Clone, Default)]
+pub struct ActionMetrics {
+    actions: Family<ActionLabels, Counter>,
+}
+
+impl ActionMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "controller_actions",
+            "Writes the controller planned, by action and result: done, conflict (a precondition failed: the object moved on), gone, failed, or observed (observe mode: reported, not written)",
+            metrics.actions.clone(),
+        );
+        metrics
+    }
+
+    fn count(&self, action: &'static str, result: &'static str) {
+        self.actions
+            .get_or_create(&ActionLabels { action, result })
+            .inc();
+    }
+
+    /// The count of `action` with `result` (tests and diagnostics).
+    pub fn get(&self, action: &'static str, result: &'static str) -> u64 {
+        self.actions
+            .get_or_create(&ActionLabels { action, result })
+            .get()
+    }
+}
+
+/// Entries kept at most in each memory; past it the memory starts over (costing at worst one
+/// repeated Event, or one write refused by its precondition, never a wrong write).
+const MAX_REMEMBERED: usize = 10_000;
+
+/// Writes whose effect the view has not shown yet: an object key and the resourceVersion the
+/// object had when we wrote it.
+#[derive(Debug, Default)]
+pub struct Expectations(Mutex<HashMap<String, String>>);
+
+impl Expectations {
+    /// Records that we wrote `key` when it had `stale_version`.
+    pub fn wrote(&self, key: String, stale_version: String) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_REMEMBERED {
+            map.clear();
+        }
+        map.insert(key, stale_version);
+    }
+
+    /// Whether the viewed `version` of `key` predates our write; forgets the write once the
+    /// view has moved past it (or the object is gone from it).
+    pub fn is_stale(&self, key: &str, version: Option<&str>) -> bool {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(key) {
+            Some(stale) if Some(stale.as_str()) == version => true,
+            Some(_) => {
+                map.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+/// Keys already reported, bounded.
+#[derive(Debug, Default)]
+struct Reported(Mutex<HashSet<String>>);
+
+impl Reported {
+    fn first(&self, key: &str) -> bool {
+        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if set.contains(key) {
+            return false;
+        }
+        if set.len() >= MAX_REMEMBERED {
+            set.clear();
+        }
+        set.insert(key.to_owned())
+    }
+
+    fn forget(&self, prefix: &str) {
+        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        set.retain(|k| !k.starts_with(prefix));
+    }
+}
+
+/// Carries out actions; one per leadership term.
+pub struct Executor {
+    client: Client,
+    mode: Mode,
+    recorder: Recorder,
+    metrics: ActionMetrics,
+    expectations: Expectations,
+    reported: Reported,
+}
+
+impl Executor {
+    /// An executor writing with `client` (which carries the write rate limit) and publishing
+    /// Events as `identity` of the controller.
+    pub fn new(client: Client, mode: Mode, identity: &str, metrics: ActionMetrics) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: names::CONTROLLER_NAME.to_owned(),
+                instance: Some(identity.to_owned()),
+            },
+        );
+        Self {
+            client,
+            mode,
+            recorder,
+            metrics,
+            expectations: Expectations::default(),
+            reported: Reported::default(),
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether a plan from the view's `version` of object `key` is stale (we wrote the object
+    /// at that version and the view has not shown the write yet).
+    pub fn is_stale(&self, key: &str, version: Option<&str>) -> bool {
+        self.expectations.is_stale(key, version)
+    }
+
+    /// Carries out `actions` in order, each whatever became of the ones before (they are
+    /// independent: each write has its own precondition). Returns the first unexpected error
+    /// (the reconcile is retried), else whether every write was done (false when one was only
+    /// observed).
+    pub async fn run(&self, actions: &[Action]) -> Result<bool, kube::Error> {
+        let mut all_done = true;
+        let mut first_error = None;
+        for action in actions {
+            match action {
+                Action::Report(report) => {
+                    self.report(report).await;
+                }
+                Action::Write(write) => match self.write(write).await {
+                    Ok(outcome) => all_done &= outcome.is_done(),
+                    Err(e) if code(&e).is_some_and(|c| write.expected.contains(&c)) => {
+                        all_done = false;
+                    }
+                    Err(e) => {
+                        all_done = false;
+                        first_error.get_or_insert(e);
+                    }
+                },
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(all_done),
+        }
+    }
+
+    /// Carries out one write (or reports it, in observe mode).
+    pub async fn write(&self, write: &Write) -> Result<Outcome, kube::Error> {
+        let action = write.verb.as_str();
+        let target = &write.target;
+        if self.mode == Mode::Observe {
+            self.metrics.count(action, "observed");
+            let key = format!(
+                "would/{action}/{}/{}/{}",
+                target.key(),
+                target.uid.as_deref().unwrap_or_default(),
+                write.summary
+            );
+            if self.reported.first(&key) {
+                tracing::info!(
+                    action,
+                    namespace = %target.namespace,
+                    name = %target.name,
+                    note = %write.summary,
+                    "would act (observe mode)"
+                );
+                let note = format!("{} (observe mode: not written)", write.summary);
+                self.report(&Report::normal(
+                    write.about.clone(),
+                    write.verb.would(),
+                    action,
+                    note,
+                ))
+                .await;
+            }
+            return Ok(Outcome::Observed);
+        }
+        match self.send(write).await {
+            Ok(object) => {
+                self.metrics.count(action, "done");
+                if write.expect
+                    && let Some(version) = &target.resource_version
+                {
+                    self.expectations.wrote(target.key(), version.clone());
+                }
+                for report in &write.on_failed {
+                    if let Some(once) = &report.once {
+                        self.reported.forget(once);
+                    }
+                }
+                for report in &write.on_done {
+                    self.report(report).await;
+                }
+                Ok(Outcome::Done(object))
+            }
+            Err(error) => {
+                let result = match code(&error) {
+                    Some(409) => "conflict",
+                    Some(404) => "gone",
+                    _ => "failed",
+                };
+                self.metrics.count(action, result);
+                if !code(&error).is_some_and(|c| write.expected.contains(&c)) {
+                    tracing::debug!(action, namespace = %target.namespace, name = %target.name, %error, "write failed");
+                    let text = error.to_string();
+                    for report in &write.on_failed {
+                        let report = Report {
+                            note: report.note.replace("{error}", &text),
+                            once: report.once.as_ref().map(|k| format!("{k}{text}")),
+                            ..report.clone()
+                        };
+                        self.report(&report).await;
+                    }
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn send(&self, write: &Write) -> Result<Option<Box<DynamicObject>>, kube::Error> {
+        let target = &write.target;
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &target.namespace,
+            &target.kind.api_resource(),
+        );
+        match &write.request {
+            Request::Patch(body) => api
+                .patch(&target.name, &field_manager::patch(), &Patch::Merge(body))
+                .await
+                .map(|o| Some(Box::new(o))),
+            Request::PatchStatus(body) => api
+                .patch_status(&target.name, &field_manager::patch(), &Patch::Merge(body))
+                .await
+                .map(|o| Some(Box::new(o))),
+            Request::Create(object) => {
+                let object: DynamicObject =
+                    serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
+                api.create(&field_manager::post(), &object)
+                    .await
+                    .map(|o| Some(Box::new(o)))
+            }
+            Request::Delete {
+                uid,
+                resource_version,
+                orphan,
+            } => {
+                let params = DeleteParams {
+                    propagation_policy: orphan.then_some(PropagationPolicy::Orphan),
+                    preconditions: Some(Preconditions {
+                        uid: uid.clone(),
+                        resource_version: resource_version.clone(),
+                    }),
+                    ..DeleteParams::default()
+                };
+                api.delete(&target.name, &params)
+                    .await
+                    .map(|answer| answer.left().map(Box::new))
+            }
+        }
+    }
+
+    /// Publishes an Event (once per key, where it has one). Events are written in every mode:
+    /// they are what observe mode reports with. A failure is logged, never fatal. Returns
+    /// false when the report was made before and is not repeated.
+    pub async fn report(&self, report: &Report) -> bool {
+        if let Some(once) = &report.once
+            && !self.reported.first(once)
+        {
+            return false;
+        }
+        let event = Event {
+            type_: report.type_,
+            reason: report.reason.clone(),
+            note: Some(crate::admission::statefulset::templates::truncate(
+                &report.note,
+                super::action::MAX_NOTE,
+            )),
+            action: report.action.clone(),
+            secondary: report.related.clone(),
+        };
+        if let Err(error) = self.recorder.publish(&event, &report.regarding).await {
+            tracing::warn!(%error, reason = %report.reason, "could not publish event");
+        }
+        true
+    }
+
+    /// Forgets reports whose key starts with `prefix`, so that the cause is reported again
+    /// when it comes back.
+    pub fn forget_reports(&self, prefix: &str) {
+        self.reported.forget(prefix);
+    }
+
+    /// Whether `key` is reported for the first time (then it is remembered).
+    pub fn first_report(&self, key: &str) -> bool {
+        self.reported.first(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expectations_hold_until_the_view_moves_past_our_write() {
+        let e = Expectations::default();
+        assert!(!e.is_stale("db/a", Some("7")), "nothing written");
+        e.wrote("db/a".into(), "7".into());
+        assert!(
+            e.is_stale("db/a", Some("7")),
+            "view still shows the old version"
+        );
+        assert!(e.is_stale("db/a", Some("7")));
+        assert!(!e.is_stale("db/a", Some("9")), "view caught up");
+        assert!(!e.is_stale("db/a", Some("7")), "forgotten once caught up");
+        e.wrote("db/b".into(), "3".into());
+        assert!(!e.is_stale("db/b", None), "gone from the view");
+        assert!(!e.is_stale("db/b", Some("3")), "forgotten once gone");
+    }
+
+    #[test]
+    fn reports_are_remembered_boundedly_and_forgotten_by_prefix() {
+        let r = Reported::default();
+        assert!(r.first("a/1"));
+        assert!(!r.first("a/1"));
+        assert!(r.first("a/2"));
+        r.forget("a/");
+        assert!(r.first("a/1"), "forgotten");
+        for i in 0..MAX_REMEMBERED + 5 {
+            r.first(&format!("k{i}"));
+        }
+        assert!(r.0.lock().map(|s| s.len()).unwrap_or(0) <= MAX_REMEMBERED);
+    }
+}
