@@ -198,9 +198,10 @@ def test_failure_policy_and_timeout_come_from_values():
         {"policy": {"admissionMode": "audit"}},
         {"controller": {"kubeApiQps": 0}},
         {"controller": {"kubeApiBurst": 0}},
+        {"controller": {"mode": "audit"}},
     ],
     ids=["timeout-11", "timeout-0", "bad-failure-policy", "bad-cert-mode", "bad-match-mode",
-         "bad-admission-mode", "qps-0", "burst-0"],
+         "bad-admission-mode", "qps-0", "burst-0", "bad-controller-mode"],
 )
 def test_bad_values_are_refused(values):
     with pytest.raises(HelmError):
@@ -507,6 +508,9 @@ def test_controller_values_reach_the_flags():
     assert "--converge=false" in args
     assert "--claim-rollout=true" in args
     assert "--kube-api-qps=20" in args and "--kube-api-burst=30" in args
+    assert "--controller-mode=enforce" in args
+    observing = container(render({"controller": {"mode": "observe"}}))["args"]
+    assert "--controller-mode=observe" in observing
     limited = container(render({"controller": {"kubeApiQps": 5.5, "kubeApiBurst": 8}}))["args"]
     assert "--kube-api-qps=5.5" in limited and "--kube-api-burst=8" in limited
     lease_rules = [r for r in rules(render({"controller": {"leaderElection": {"leaseName": "sa-lock"}}}), "Role")
