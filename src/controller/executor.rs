@@ -1,5 +1,5 @@
-//! The one place the controller's writes go through. Every feature plans [`Action`]s from the
-//! cluster view; the executor carries them out:
+//! The one place the controller's writes go through. Every feature plans
+//! [`Action`](super::action::Action)s from the cluster view; the executor carries them out:
 //!
 //! - every write carries the field manager `stateful-admission` ([`crate::field_manager`]) and
 //!   waits for the client's write rate limit ([`crate::write_limit`]);
@@ -9,8 +9,9 @@
 //! - Events, report-once where the plan says so (bounded memory);
 //! - `controller_actions_total{action, result}`;
 //! - the mode: in [`Mode::Observe`] nothing is written but Events; each write is reported as
-//!   a `Would<Verb>` Event on its object (once per object and planned change), counted with
-//!   result `observed`, and logged. That is the only branch on the mode.
+//!   a `Would<Verb>` Event on its object, counted with result `observed` and logged, once per
+//!   object and planned change. That is the only branch on the mode that changes what is
+//!   written (conditions also skip their confirming read when nothing will be written).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -23,7 +24,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::action::{Action, Report, Request, Write};
+use super::action::{Report, Request, Write};
 use crate::field_manager;
 use crate::names;
 
@@ -218,49 +219,22 @@ impl Executor {
         self.expectations.is_stale(key, version)
     }
 
-    /// Carries out `actions` in order, each whatever became of the ones before (they are
-    /// independent: each write has its own precondition). Returns the first unexpected error
-    /// (the reconcile is retried), else whether every write was done (false when one was only
-    /// observed).
-    pub async fn run(&self, actions: &[Action]) -> Result<bool, kube::Error> {
-        let mut all_done = true;
-        let mut first_error = None;
-        for action in actions {
-            match action {
-                Action::Report(report) => {
-                    self.report(report).await;
-                }
-                Action::Write(write) => match self.write(write).await {
-                    Ok(outcome) => all_done &= outcome.is_done(),
-                    Err(e) if code(&e).is_some_and(|c| write.expected.contains(&c)) => {
-                        all_done = false;
-                    }
-                    Err(e) => {
-                        all_done = false;
-                        first_error.get_or_insert(e);
-                    }
-                },
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(all_done),
-        }
-    }
-
     /// Carries out one write (or reports it, in observe mode).
     pub async fn write(&self, write: &Write) -> Result<Outcome, kube::Error> {
         let action = write.verb.as_str();
         let target = &write.target;
         if self.mode == Mode::Observe {
-            self.metrics.count(action, "observed");
             let key = format!(
                 "would/{action}/{}/{}/{}",
                 target.key(),
                 target.uid.as_deref().unwrap_or_default(),
                 write.summary
             );
+            // Counted, logged and reported once per object and planned change: the metric
+            // says how many distinct writes would have been made, not how often they were
+            // planned again.
             if self.reported.first(&key) {
+                self.metrics.count(action, "observed");
                 tracing::info!(
                     action,
                     namespace = %target.namespace,
@@ -387,12 +361,6 @@ impl Executor {
             tracing::warn!(%error, reason = %report.reason, "could not publish event");
         }
         true
-    }
-
-    /// Forgets reports whose key starts with `prefix`, so that the cause is reported again
-    /// when it comes back.
-    pub fn forget_reports(&self, prefix: &str) {
-        self.reported.forget(prefix);
     }
 
     /// Whether `key` is reported for the first time (then it is remembered).

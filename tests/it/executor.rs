@@ -347,7 +347,11 @@ async fn observe_mode_writes_nothing_but_one_event_per_planned_change() {
     ))
     .await;
 
-    assert_eq!(metrics.get("PatchClaim", "observed"), 4);
+    assert_eq!(
+        metrics.get("PatchClaim", "observed"),
+        2,
+        "two planned changes"
+    );
     assert_eq!(metrics.get("PatchClaim", "done"), 0);
     let writes = api.write_records();
     assert!(

@@ -25,7 +25,7 @@ use serde_json::json;
 
 use super::action::{self, Action, Kind, Report, Request, Target, Verb, Write};
 use super::context::{Ctx, Error, SetSnapshot};
-use super::executor::{self, Outcome};
+use super::executor::{self, Mode, Outcome};
 use crate::cluster::ClusterView;
 use crate::names;
 pub use plan::{Decision, Phase, Remembered};
@@ -266,9 +266,15 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
     // The view can lag behind writes of others too (the built-in controller's status write
     // reaches it after the trigger): decide again on a fresh read, so that a stale copy costs
     // a GET rather than a refused patch.
-    let set = match api.get_opt(&snapshot.name).await? {
-        Some(fresh) if fresh.metadata.uid == set.metadata.uid => fresh,
-        _ => return Ok(None),
+    // In observe mode nothing is written, so the view's copy is good enough and a resync
+    // of every set costs no read.
+    let set = if ctx.exec.mode() == Mode::Observe {
+        StatefulSet::clone(set)
+    } else {
+        match api.get_opt(&snapshot.name).await? {
+            Some(fresh) if fresh.metadata.uid == set.metadata.uid => fresh,
+            _ => return Ok(None),
+        }
     };
     let decision = decide(&set, remembered.as_ref(), now);
     past_deadline(matches!(decision.phase, Phase::Stalled(_)));
