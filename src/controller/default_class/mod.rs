@@ -248,7 +248,6 @@ impl Worker<'_> {
         };
         let (namespace, name) = key;
         let metrics = &self.ctx.metrics.default_class;
-        metrics.attempts.inc();
         let write = assign(&claim, &class, &resource_version);
         let result = match self.ctx.exec.write(&write).await {
             Ok(Outcome2::Observed) => {
@@ -259,6 +258,7 @@ impl Worker<'_> {
             Ok(Outcome2::Done(_)) => Ok(()),
             Err(e) => Err(e),
         };
+        metrics.attempts.inc();
         let (outcome, message) = match &result {
             Ok(()) => (Outcome::Assigned, String::new()),
             Err(kube::Error::Api(status)) => (plan::classify(status.code), status.message.clone()),

@@ -72,6 +72,7 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
     let mut deleted: Vec<&str> = Vec::with_capacity(plan.deletions.len());
     let mut first_deleted = None;
     let mut observed = false;
+    let mut failure = None;
     let mut writes = Vec::with_capacity(plan.deletions.len());
     for action in actions(snapshot, &rollout, &plan) {
         match action {
@@ -95,9 +96,10 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
                 tracing::debug!(%namespace, pod = %deletion.name, code = status.code, "pod changed before deletion; skipped");
             }
+            // Reported by the write's failure Event; the batch so far is still said below.
             Err(error) => {
-                metrics.deleted(deleted.len());
-                return Err(error.into());
+                failure = Some(error);
+                break;
             }
         }
     }
@@ -126,6 +128,9 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
                     .related(first_deleted.map(|d| pod_reference(namespace, d))),
             )
             .await;
+    }
+    if let Some(error) = failure {
+        return Err(error.into());
     }
     Ok(plan.recheck_after)
 }
