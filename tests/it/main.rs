@@ -11,7 +11,6 @@ mod common;
 mod controller_runtime;
 mod default_class_controller;
 mod docs;
-mod e2e_cluster;
 mod executor;
 mod fake_apiserver_tests;
 #[path = "../../fuzz/harness.rs"]

@@ -18,19 +18,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
-venv="${CHART_CHECK_VENV:-$repo/target/chart-check-venv}"
-python="${PYTHON:-python3}"
-
-stamp="$venv/.requirements.sha256"
-want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
-if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
-  echo "chart-check: installing tools into $venv"
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-    -r "$here/requirements.txt"
-  echo "$want" > "$stamp"
-fi
+# The pinned Python tools (requirements.txt), installed once into a venv.
+python="$(bash "$here/venv.sh")"
 
 README_GENERATOR="$(bash "$here/readme.sh" --install)"
 export README_GENERATOR
@@ -43,4 +32,4 @@ fi
 
 cd "$here"
 export PYTHONDONTWRITEBYTECODE=1
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider test_chart.py test_monitoring.py "$@"
+exec "$python" -m pytest -q -p no:cacheprovider test_chart.py test_monitoring.py "$@"

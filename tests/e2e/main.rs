@@ -1,0 +1,43 @@
+//! The real-cluster suite: the release binary's `serve` (webhook and controller) against a real
+//! kube-apiserver and kube-controller-manager, as a user meets them.
+//!
+//! Reads `KUBECONFIG` (a cluster-admin context) and, for the scenarios that need the apiserver's
+//! `MaxUnavailableStatefulSet` and `VolumeAttributesClass` gates on, `E2E_GATES_KUBECONFIG` (a
+//! second cluster started with them). Without `KUBECONFIG` every scenario is reported
+//! `ignored` with the reason, never passed. README.md ("Tests against a real cluster") says how
+//! to run it and what it creates.
+//!
+//! Scenarios run one at a time (they share cluster-wide objects: the webhook configurations,
+//! StorageClasses), each in namespaces of its own that are removed afterwards. `serve` runs as
+//! a child process on loopback with the chart's ServiceAccount token and RBAC, behind a local
+//! TCP front that plays the Service (it forwards to the ready replicas); the webhook
+//! configurations are the chart's, in URL mode. The test plays the kubelet, the external
+//! provisioner and the external resizer.
+
+mod scenarios;
+mod support;
+
+use std::process::ExitCode;
+
+use libtest_mimic::{Arguments, Completion, Trial};
+
+fn main() -> ExitCode {
+    let mut args = Arguments::from_args();
+    // One scenario at a time: they share the webhook configurations and cluster-wide classes.
+    args.test_threads = Some(1);
+    let skip = support::Env::skip_reason();
+    if let Some(why) = &skip {
+        eprintln!("e2e: every scenario is skipped: {why}");
+    }
+    let trials = scenarios::all()
+        .into_iter()
+        .map(|scenario| {
+            let skip = skip.clone();
+            Trial::ignorable_test(scenario.name, move || match skip {
+                Some(why) => Ok(Completion::ignored_with(why)),
+                None => support::run_scenario(&scenario).map(|()| Completion::Completed),
+            })
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
+}

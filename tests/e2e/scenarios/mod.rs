@@ -1,0 +1,20 @@
+//! The scenarios, each asserting what a user sees.
+
+mod crash;
+mod denials;
+mod in_place;
+mod template_edits;
+
+use crate::support::Scenario;
+
+pub fn all() -> Vec<Scenario> {
+    vec![
+        template_edits::client_side(),
+        template_edits::server_side(),
+        denials::template_denials(),
+        denials::namespace_default_class(),
+        denials::expansion_limits(),
+        in_place::in_place_rollout(),
+        crash::crash_at_every_step(),
+    ]
+}

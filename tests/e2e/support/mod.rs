@@ -1,0 +1,296 @@
+//! What every scenario stands on: the clusters from the environment, the release installed once
+//! per cluster, `serve` as a child process, the actors that play the kubelet, the provisioner and
+//! the resizer, and waiting with a deadline.
+
+#![allow(dead_code)] // Each scenario uses a part.
+
+pub mod actors;
+pub mod cluster;
+pub mod front;
+pub mod history;
+pub mod install;
+pub mod objects;
+pub mod serve;
+pub mod wait;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+pub use cluster::Cluster;
+pub use install::Install;
+pub use serve::{Serve, ServeOptions};
+pub use wait::eventually;
+
+/// Environment variable naming the second cluster, started with the
+/// `MaxUnavailableStatefulSet` and `VolumeAttributesClass` gates on.
+pub const GATES_KUBECONFIG: &str = "E2E_GATES_KUBECONFIG";
+
+/// Label on every cluster-scoped object a scenario creates (StorageClasses, volumes), so that
+/// the scenario's cleanup finds them.
+pub const SCENARIO_LABEL: &str = "e2e.stateful-admission.io/scenario";
+
+/// Field manager of the test's own writes, as a user's tool would have one.
+pub const USER: &str = "e2e-user";
+
+/// Which cluster a scenario needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Which {
+    /// `KUBECONFIG`: the gates as the version ships them (on v1.32: `MaxUnavailableStatefulSet`
+    /// and `VolumeAttributesClass` off).
+    Default,
+    /// `E2E_GATES_KUBECONFIG`: the same version with both gates on.
+    GatesOn,
+}
+
+/// One scenario of the suite.
+pub struct Scenario {
+    pub name: &'static str,
+    pub cluster: Which,
+    pub body: fn(Scope) -> BoxFuture<'static, anyhow::Result<()>>,
+}
+
+/// The environment the suite runs in.
+pub struct Env;
+
+impl Env {
+    /// Why the suite cannot run here, if it cannot.
+    pub fn skip_reason() -> Option<String> {
+        match std::env::var_os("KUBECONFIG") {
+            Some(path) if !path.is_empty() => None,
+            _ => Some(
+                "KUBECONFIG is not set: the real-cluster suite needs a cluster-admin kubeconfig \
+                 (README.md, \"Tests against a real cluster\")"
+                    .to_owned(),
+            ),
+        }
+    }
+
+    fn kubeconfig(which: Which) -> anyhow::Result<PathBuf> {
+        let var = match which {
+            Which::Default => "KUBECONFIG",
+            Which::GatesOn => GATES_KUBECONFIG,
+        };
+        match std::env::var_os(var) {
+            Some(path) if !path.is_empty() => Ok(PathBuf::from(path)),
+            _ => anyhow::bail!(
+                "{var} is not set: this scenario needs a cluster with the MaxUnavailableStatefulSet \
+                 and VolumeAttributesClass gates on (README.md, \"Tests against a real cluster\")"
+            ),
+        }
+    }
+}
+
+/// One runtime for the whole suite: clients and the front live across scenarios.
+static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("the suite's runtime")
+});
+
+/// The release installed once per cluster, on first use.
+static INSTALLS: LazyLock<Mutex<HashMap<Which, Arc<Install>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+async fn install(which: Which) -> anyhow::Result<Arc<Install>> {
+    if let Some(found) = INSTALLS.lock().expect("installs").get(&which) {
+        return Ok(found.clone());
+    }
+    let kubeconfig = Env::kubeconfig(which)?;
+    let cluster = Cluster::connect(&kubeconfig).await?;
+    let installed = Arc::new(Install::new(cluster).await?);
+    INSTALLS
+        .lock()
+        .expect("installs")
+        .insert(which, installed.clone());
+    Ok(installed)
+}
+
+/// Runs one scenario: its namespaces and actors set up, its body, then its cleanup whatever the
+/// outcome. A failure carries the tail of every `serve` log of the scenario.
+pub fn run_scenario(scenario: &Scenario) -> Result<(), libtest_mimic::Failed> {
+    let started = Instant::now();
+    let outcome = RUNTIME.block_on(async {
+        let install = install(scenario.cluster).await?;
+        let scope = Scope::new(scenario.name, install).await?;
+        let body = (scenario.body)(scope.clone());
+        // A scenario that hangs fails with what it was waiting for, not with CI's timeout.
+        let result = match tokio::time::timeout(Duration::from_secs(300), body).await {
+            Ok(result) => result,
+            Err(_) => Err(anyhow::anyhow!("the scenario did not finish within 300 s")),
+        };
+        let logs = scope.log_tails();
+        scope.cleanup().await;
+        result.map_err(|e| anyhow::anyhow!("{e:#}{logs}"))
+    });
+    eprintln!(
+        "e2e: {} {} in {:.1} s",
+        scenario.name,
+        if outcome.is_ok() { "passed" } else { "failed" },
+        started.elapsed().as_secs_f64()
+    );
+    outcome.map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
+}
+
+/// What a scenario body works with: the install, a namespace of its own, and handles whose
+/// cleanup the runner owns.
+#[derive(Clone)]
+pub struct Scope {
+    pub scenario: &'static str,
+    pub install: Arc<Install>,
+    /// The scenario's first namespace.
+    pub ns: String,
+    namespaces: Arc<Mutex<Vec<String>>>,
+    logs: Arc<Mutex<Vec<PathBuf>>>,
+    /// Cancelled at cleanup: the actors and anything else the scenario spawned on it.
+    pub stop: CancellationToken,
+    serves: Arc<Mutex<Vec<Serve>>>,
+}
+
+impl Scope {
+    async fn new(scenario: &'static str, install: Arc<Install>) -> anyhow::Result<Self> {
+        let scope = Self {
+            scenario,
+            install,
+            ns: String::new(),
+            namespaces: Arc::default(),
+            logs: Arc::default(),
+            stop: CancellationToken::new(),
+            serves: Arc::default(),
+        };
+        let ns = scope.namespace("").await?;
+        Ok(Self { ns, ..scope })
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.install.cluster
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.install.cluster.client.clone()
+    }
+
+    /// A new namespace for this scenario (`e2e-<scenario>[-<suffix>]-<random>`), removed at
+    /// cleanup.
+    pub async fn namespace(&self, suffix: &str) -> anyhow::Result<String> {
+        let base: String = self
+            .scenario
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .take(30)
+            .collect();
+        let suffix = if suffix.is_empty() {
+            String::new()
+        } else {
+            format!("-{suffix}")
+        };
+        let name = format!("e2e-{}{suffix}-{:04x}", base.trim_matches('-'), rand_u16());
+        let api: Api<Namespace> = Api::all(self.client());
+        api.create(
+            &PostParams {
+                field_manager: Some(USER.into()),
+                ..PostParams::default()
+            },
+            &serde_json::from_value(json!({"metadata": {"name": name,
+                "labels": {SCENARIO_LABEL: self.scenario}}}))?,
+        )
+        .await?;
+        self.namespaces
+            .lock()
+            .expect("namespaces")
+            .push(name.clone());
+        Ok(name)
+    }
+
+    /// Starts `serve` for this scenario (stopped at cleanup if still running).
+    pub async fn serve(&self, options: ServeOptions) -> anyhow::Result<Serve> {
+        let index = self.logs.lock().expect("logs").len();
+        let dir = self.install.work_dir.join(self.scenario);
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join(format!("serve-{index}.log"));
+        self.logs.lock().expect("logs").push(log.clone());
+        let serve = Serve::start(
+            &self.install,
+            &format!("{}-{index}", self.scenario),
+            log,
+            options,
+        )
+        .await?;
+        self.serves.lock().expect("serves").push(serve.handle());
+        Ok(serve)
+    }
+
+    fn log_tails(&self) -> String {
+        let mut out = String::new();
+        for path in self.logs.lock().expect("logs").iter() {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(60)..];
+            out.push_str(&format!(
+                "\n--- last {} lines of {} ---\n{}",
+                tail.len(),
+                path.display(),
+                tail.join("\n")
+            ));
+        }
+        out
+    }
+
+    async fn cleanup(&self) {
+        self.stop.cancel();
+        for serve in self.serves.lock().expect("serves").drain(..) {
+            serve.kill();
+        }
+        let client = self.client();
+        let namespaces: Vec<String> = self.namespaces.lock().expect("namespaces").clone();
+        for ns in &namespaces {
+            // No kubelet removes them: without this a namespace never finishes terminating.
+            let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+            let _ = pods
+                .delete_collection(
+                    &DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..DeleteParams::default()
+                    },
+                    &ListParams::default(),
+                )
+                .await;
+            let api: Api<Namespace> = Api::all(client.clone());
+            let _ = api.delete(ns, &DeleteParams::default()).await;
+        }
+        let by_scenario =
+            ListParams::default().labels(&format!("{SCENARIO_LABEL}={}", self.scenario));
+        let classes: Api<StorageClass> = Api::all(client.clone());
+        let _ = classes
+            .delete_collection(&DeleteParams::default(), &by_scenario)
+            .await;
+        let volumes: Api<PersistentVolume> = Api::all(client);
+        let _ = volumes
+            .delete_collection(&DeleteParams::default(), &by_scenario)
+            .await;
+    }
+}
+
+/// A few random bits for names, without a crate for it.
+pub fn rand_u16() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish() as u16
+}

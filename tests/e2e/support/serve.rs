@@ -1,0 +1,279 @@
+//! `stateful-admission serve` as the chart runs it (the Deployment's arguments), as a child
+//! process on loopback with the release ServiceAccount's token, behind the front.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use super::Install;
+use super::front::Front;
+
+/// What a scenario changes about `serve`.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// `--flag=value` arguments that replace the chart's of the same flag, or are added.
+    pub args: Vec<String>,
+    /// Do not wait for `/readyz` (for a replica that is expected not to become ready soon).
+    pub no_wait: bool,
+    /// Not behind the front: the apiserver cannot reach this replica's webhook.
+    pub unreachable: bool,
+}
+
+impl ServeOptions {
+    pub fn args(args: &[&str]) -> Self {
+        Self {
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A running `serve`. Killed (SIGKILL) when dropped.
+pub struct Serve {
+    pub identity: String,
+    pub addr: SocketAddr,
+    pub probe: SocketAddr,
+    pub log: PathBuf,
+    id: u64,
+    child: Arc<Mutex<Option<Child>>>,
+    front: Front,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The release binary: `cargo build --release` must have built it from this tree (the suite
+/// runs `serve` as shipped). `E2E_SERVE_BIN` names another.
+pub fn binary() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("E2E_SERVE_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    // The test binary's own build of the CLI tells which target directory is ours.
+    let debug = Path::new(env!("CARGO_BIN_EXE_stateful-admission"));
+    let release = debug
+        .parent()
+        .and_then(Path::parent)
+        .map(|target| target.join("release/stateful-admission"))
+        .context("no target directory")?;
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (modified(&release), modified(debug)) {
+        (Some(r), Some(d)) if r >= d => Ok(release),
+        (Some(_), _) => anyhow::bail!(
+            "{} is older than this test build: run `cargo build --release --locked` first",
+            release.display()
+        ),
+        (None, _) => anyhow::bail!(
+            "{} is missing: run `cargo build --release --locked` first",
+            release.display()
+        ),
+    }
+}
+
+fn free_port() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// The flag name of `--flag=value` or `--flag`.
+fn flag(arg: &str) -> &str {
+    arg.split('=').next().unwrap_or(arg)
+}
+
+/// The chart's certificate flags: the suite serves its own loopback certificate instead.
+const CERT_FLAGS: [&str; 9] = [
+    "--self-managed-certs",
+    "--cert-namespace",
+    "--cert-secret",
+    "--service-name",
+    "--cert-dir",
+    "--cert-check-interval",
+    "--mutating-webhook-configuration",
+    "--validating-webhook-configuration",
+    "--tls-cert",
+];
+
+impl Serve {
+    pub async fn start(
+        install: &Install,
+        identity: &str,
+        log: PathBuf,
+        options: ServeOptions,
+    ) -> anyhow::Result<Self> {
+        let addr = free_port()?;
+        let probe = free_port()?;
+        let mut args: Vec<String> = install
+            .chart_args
+            .iter()
+            .filter(|a| {
+                let f = flag(a);
+                !CERT_FLAGS.contains(&f) && f != "--tls-key" && f != "serve"
+            })
+            .cloned()
+            .collect();
+        let ours = [
+            format!("--addr={addr}"),
+            format!("--probe-addr={probe}"),
+            format!("--tls-cert={}", install.tls_cert.display()),
+            format!("--tls-key={}", install.tls_key.display()),
+            format!("--controller-identity={identity}"),
+            "--log-format=text".to_owned(),
+        ];
+        for arg in ours.iter().chain(options.args.iter()) {
+            args.retain(|a| flag(a) != flag(arg));
+            args.push(arg.clone());
+        }
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new(binary()?)
+            .arg("serve")
+            .args(&args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("KUBECONFIG", &install.token_kubeconfig)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .context("starting serve")?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let serve = Self {
+            identity: identity.to_owned(),
+            addr,
+            probe,
+            log,
+            id,
+            child: Arc::new(Mutex::new(Some(child))),
+            front: install.front.clone(),
+        };
+        if !options.unreachable {
+            serve.front.add(id, addr, probe);
+        }
+        if !options.no_wait {
+            serve.wait_ready(Duration::from_secs(60)).await?;
+        }
+        Ok(serve)
+    }
+
+    /// A handle on the same process, for the scenario's cleanup.
+    pub fn handle(&self) -> Self {
+        Self {
+            identity: self.identity.clone(),
+            addr: self.addr,
+            probe: self.probe,
+            log: self.log.clone(),
+            id: self.id,
+            child: self.child.clone(),
+            front: self.front.clone(),
+        }
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn wait_ready(&self, within: Duration) -> anyhow::Result<()> {
+        let http = reqwest::Client::new();
+        let url = format!("http://{}/readyz", self.probe);
+        super::eventually(&format!("{} ready", self.identity), within, || async {
+            if !self.running() {
+                anyhow::bail!("serve exited; see {}", self.log.display());
+            }
+            let r = http.get(&url).send().await?;
+            anyhow::ensure!(r.status().is_success(), "/readyz answers {}", r.status());
+            Ok(())
+        })
+        .await
+    }
+
+    pub fn running(&self) -> bool {
+        let mut child = self.child.lock().expect("child");
+        match child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// `kill -9`: no shutdown, no Lease release, as a node or OOM kill.
+    pub fn kill(&self) {
+        if let Some(mut child) = self.child.lock().expect("child").take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.front.remove(self.id);
+    }
+
+    /// SIGTERM, then waits for the exit code.
+    pub async fn terminate(&self, within: Duration) -> anyhow::Result<Option<i32>> {
+        let pid = match self.child.lock().expect("child").as_ref() {
+            Some(c) => c.id(),
+            None => return Ok(None),
+        };
+        Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()?;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(c) = self.child.lock().expect("child").as_mut()
+                && let Some(status) = c.try_wait()?
+            {
+                self.front.remove(self.id);
+                return Ok(status.code());
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "serve did not exit within {within:?} of SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `/metrics` of this replica.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        Ok(reqwest::get(format!("http://{}/metrics", self.probe))
+            .await?
+            .text()
+            .await?)
+    }
+
+    /// The value of one sample (`name{labels}` as printed), or 0 when absent.
+    pub async fn metric(&self, sample: &str) -> anyhow::Result<f64> {
+        Ok(sample_value(&self.metrics().await?, sample))
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // Only the last handle kills: the scope's cleanup holds one too.
+        if Arc::strong_count(&self.child) == 1 {
+            self.kill();
+        }
+    }
+}
+
+/// The sum of the samples that `sample` names: a bare metric name (any labels), a name with
+/// complete labels (`name{a="1"}`), or a name with its first labels (`name{a="1",` or
+/// `name{a="1"`, more may follow); 0 when none.
+pub fn sample_value(text: &str, sample: &str) -> f64 {
+    let matches = |line: &str| {
+        let Some(rest) = line.strip_prefix(sample) else {
+            return false;
+        };
+        if !sample.contains('{') {
+            rest.starts_with(' ') || rest.starts_with('{')
+        } else if sample.ends_with('}') {
+            rest.starts_with(' ')
+        } else {
+            sample.ends_with(',') || rest.starts_with(',') || rest.starts_with('}')
+        }
+    };
+    text.lines()
+        .filter(|l| !l.starts_with('#') && matches(l))
+        .filter_map(|l| l.rsplit(' ').next())
+        .filter_map(|v| v.parse::<f64>().ok())
+        .sum()
+}
