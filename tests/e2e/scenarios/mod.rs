@@ -3,6 +3,7 @@
 mod crash;
 mod denials;
 mod in_place;
+mod max_unavailable;
 mod template_edits;
 
 use crate::support::Scenario;
@@ -16,5 +17,9 @@ pub fn all() -> Vec<Scenario> {
         denials::expansion_limits(),
         in_place::in_place_rollout(),
         crash::crash_at_every_step(),
+        max_unavailable::gate_off_field(),
+        max_unavailable::gate_off_annotation(),
+        max_unavailable::gate_on(),
+        max_unavailable::volume_attributes_class(),
     ]
 }

@@ -31,6 +31,11 @@ pub struct Node {
     pub resize_errors: Arc<Mutex<HashMap<String, String>>>,
     /// Expansions wait while set (a resizer that is slow or down).
     pub resize_paused: Arc<std::sync::atomic::AtomicBool>,
+    /// Pods the kubelet first sees from now on become Ready only this long after (containers
+    /// that take a while to start), so that a rollout's concurrency shows.
+    slow_start: Arc<Mutex<Option<(Duration, std::time::Instant)>>>,
+    /// When the kubelet first saw each pod (by uid).
+    first_seen: Arc<Mutex<HashMap<String, std::time::Instant>>>,
 }
 
 impl Node {
@@ -46,6 +51,11 @@ impl Node {
             .lock()
             .expect("unready")
             .remove(&format!("{ns}/{pod}"));
+    }
+
+    /// From now on, new pods take `delay` to become Ready.
+    pub fn slow_start(&self, delay: Duration) {
+        *self.slow_start.lock().expect("slow start") = Some((delay, std::time::Instant::now()));
     }
 
     pub fn fail_resize(&self, ns: &str, claim: &str, message: &str) {
@@ -111,11 +121,29 @@ async fn kubelet(client: &Client, ns: &str, node: &Node) {
                 .await;
             continue;
         }
-        let want_ready = !node
-            .unready
-            .lock()
-            .expect("unready")
-            .contains(&format!("{ns}/{name}"));
+        let seen = pod
+            .metadata
+            .uid
+            .as_ref()
+            .map(|uid| {
+                *node
+                    .first_seen
+                    .lock()
+                    .expect("first seen")
+                    .entry(uid.clone())
+                    .or_insert_with(std::time::Instant::now)
+            })
+            .unwrap_or_else(std::time::Instant::now);
+        let started_long_enough = match *node.slow_start.lock().expect("slow start") {
+            Some((delay, since)) if seen >= since => seen.elapsed() >= delay,
+            _ => true,
+        };
+        let want_ready = started_long_enough
+            && !node
+                .unready
+                .lock()
+                .expect("unready")
+                .contains(&format!("{ns}/{name}"));
         let status = pod.status.clone().unwrap_or_default();
         let ready = status
             .conditions
@@ -190,7 +218,9 @@ async fn provisioner(client: &Client, ns: &str, scenario: &str) {
             "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".to_owned()]),
             "storageClassName": class,
             "persistentVolumeReclaimPolicy": "Retain",
-            "hostPath": {"path": format!("/tmp/e2e-volumes/{uid}")},
+            // A CSI volume of the suite's driver: nothing mounts it here, and the apiserver
+            // takes volumeAttributesClassName only on CSI volumes.
+            "csi": {"driver": "hostpath.e2e.stateful-admission.io", "volumeHandle": uid},
             "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                          "namespace": ns, "name": name, "uid": uid},
         });
@@ -206,8 +236,9 @@ async fn provisioner(client: &Client, ns: &str, scenario: &str) {
         })) else {
             continue;
         };
-        // An existing one (409) is this claim's from an earlier tick.
-        let _ = volumes
+        // An existing one (409) is this claim's from an earlier tick; anything else is a
+        // defect of the suite, worth a line in the log.
+        match volumes
             .create(
                 &PostParams {
                     field_manager: Some("e2e-provisioner".into()),
@@ -215,7 +246,15 @@ async fn provisioner(client: &Client, ns: &str, scenario: &str) {
                 },
                 &pv,
             )
-            .await;
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(kube::Error::Api(e)) => {
+                eprintln!("e2e: provisioner: volume for {ns}/{name}: {}", e.message)
+            }
+            Err(e) => eprintln!("e2e: provisioner: volume for {ns}/{name}: {e}"),
+            Ok(_) => {}
+        }
     }
 }
 

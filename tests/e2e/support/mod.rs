@@ -10,6 +10,7 @@ pub mod front;
 pub mod history;
 pub mod install;
 pub mod objects;
+pub mod pods;
 pub mod serve;
 pub mod wait;
 

@@ -61,7 +61,7 @@ pub fn storage_class(scenario: &str, name: &str, expandable: bool, extra: Value)
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
         "metadata": {"name": name, "labels": {SCENARIO_LABEL: scenario}},
-        "provisioner": "e2e.stateful-admission.io/hostpath",
+        "provisioner": "hostpath.e2e.stateful-admission.io",
         "volumeBindingMode": "Immediate",
         "allowVolumeExpansion": expandable,
     });
