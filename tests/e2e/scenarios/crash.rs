@@ -147,7 +147,13 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
         .await?;
         serve.kill();
         scope.install.restore_access()?;
-        serve = scope.serve(ServeOptions::default()).await?;
+        // The container restarted in its pod: same identity, so it takes its Lease back at once.
+        serve = scope
+            .serve(ServeOptions {
+                identity: Some(serve.identity.clone()),
+                ..ServeOptions::default()
+            })
+            .await?;
         let converged = eventually(
             &format!("convergence to {size} after the restart"),
             Duration::from_secs(90),

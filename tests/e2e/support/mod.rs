@@ -221,13 +221,11 @@ impl Scope {
         std::fs::create_dir_all(&dir)?;
         let log = dir.join(format!("serve-{index}.log"));
         self.logs.lock().expect("logs").push(log.clone());
-        let serve = Serve::start(
-            &self.install,
-            &format!("{}-{index}", self.scenario),
-            log,
-            options,
-        )
-        .await?;
+        let identity = options
+            .identity
+            .clone()
+            .unwrap_or_else(|| format!("{}-{index}", self.scenario));
+        let serve = Serve::start(&self.install, &identity, log, options).await?;
         self.serves.lock().expect("serves").push(serve.handle());
         Ok(serve)
     }

@@ -22,6 +22,9 @@ pub struct ServeOptions {
     pub no_wait: bool,
     /// Not behind the front: the apiserver cannot reach this replica's webhook.
     pub unreachable: bool,
+    /// The Lease identity (the pod name); by default a new one. The same identity as a killed
+    /// replica's is a container restarted in the same pod: it takes its Lease back at once.
+    pub identity: Option<String>,
 }
 
 impl ServeOptions {
