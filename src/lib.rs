@@ -15,5 +15,6 @@ pub mod field_manager;
 pub mod names;
 pub mod quantity;
 pub mod server;
+pub mod status;
 pub mod telemetry;
 pub mod write_limit;

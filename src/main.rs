@@ -50,6 +50,10 @@ enum Command {
     /// ServiceAccount's permissions and the Kubernetes version. One line per check; exit 1
     /// when a check failed (warnings do not fail), 2 without a cluster configuration.
     Check(CheckArgs),
+    /// Show where storage rollouts stand (recorded template changes, claims, convergence,
+    /// maxUnavailable, conditions), follow them with --watch, or --wait for them: exit 0 when
+    /// done, 1 when one failed, 2 on timeout or error. Read-only (get, list, watch).
+    Status(stateful_admission::status::Args),
 }
 
 #[derive(Args)]
@@ -508,12 +512,42 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Review(args) => review(args),
         Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
         Command::Check(args) => check(args),
+        Command::Status(args) => status(args),
+    }
+}
+
+/// The command line; named `kubectl stateful-admission` in help and errors when run as the
+/// kubectl plugin `kubectl-stateful_admission` (kubectl passes the words after the plugin's).
+fn parse_cli() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let plugin = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .is_some_and(|n| n.starts_with("kubectl-"));
+    if !plugin {
+        return Cli::parse();
+    }
+    let matches = Cli::command()
+        .bin_name("kubectl stateful-admission")
+        .get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+fn status(args: stateful_admission::status::Args) -> ExitCode {
+    telemetry::init(LogFormat::Text, "error");
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => ExitCode::from(runtime.block_on(stateful_admission::status::run(args))),
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            ExitCode::from(2)
+        }
     }
 }
 

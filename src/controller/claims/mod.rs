@@ -166,7 +166,7 @@ fn annotations(set: &StatefulSet) -> Option<&std::collections::BTreeMap<String, 
 }
 
 /// The templates claims should follow: the recorded desired ones (by name), else the live.
-fn desired_templates(set: &StatefulSet) -> Result<Vec<PersistentVolumeClaim>, String> {
+pub fn desired_templates(set: &StatefulSet) -> Result<Vec<PersistentVolumeClaim>, String> {
     let live = set.spec.volume_claim_templates.clone().unwrap_or_default();
     match set_claims::desired_templates(annotations(set)) {
         None => Ok(live),
@@ -187,7 +187,9 @@ fn desired_templates(set: &StatefulSet) -> Result<Vec<PersistentVolumeClaim>, St
     }
 }
 
-fn rollout_settings(set: &StatefulSet, replicas: usize) -> (Rollout, Option<String>) {
+/// The set-wide inputs of its claim rollout for `replicas` replicas, and why the policy
+/// annotation was ignored (then the policy is `OnDelete`).
+pub fn rollout_settings(set: &StatefulSet, replicas: usize) -> (Rollout, Option<String>) {
     let spec = serde_json::to_value(&set.spec).unwrap_or(Value::Null);
     let annotations = annotations(set);
     let mut problem = None;

@@ -313,7 +313,7 @@ fn keys(map: &Map<String, Value>) -> String {
 }
 
 /// Whether a replica's claims may be patched now under the update strategy.
-fn eligible(rollout: &Rollout, replica: &Replica<'_>) -> bool {
+pub fn eligible(rollout: &Rollout, replica: &Replica<'_>) -> bool {
     if rollout.rolling {
         return replica.index >= rollout.partition;
     }
