@@ -6,6 +6,8 @@
 //! whether each is done, failed or under way, and [`render`] prints it; all but `gather` are
 //! pure. This module only runs them: once, or on every change with `--watch` and `--wait`.
 
+#[cfg(test)]
+mod fixtures;
 pub mod gather;
 pub mod judge;
 pub mod model;

@@ -282,6 +282,7 @@ pub struct ClaimCounts {
     pub pending: u32,
     pub held: u32,
     pub waiting: u32,
+    pub provisioning: u32,
     pub incompatible: u32,
     pub failed: u32,
     /// Larger than the template (also counted as compatible).
@@ -392,8 +393,12 @@ pub enum ClaimState {
     Pending,
     /// Not patched on its own: policy `OnDelete`, a partition, or a pod to re-create first.
     Held,
-    /// Cannot be patched yet (an unbound claim).
+    /// Cannot be patched yet (an unbound claim that needs to grow), or bound and not at the
+    /// template's size or class for another reason.
     Waiting,
+    /// Not bound yet, and asks for what its template says: the provisioner's to finish, not
+    /// the rollout's (not awaited).
+    Provisioning,
     /// Cannot follow its template in place.
     Incompatible,
     /// Its resize or modification failed.
@@ -727,7 +732,6 @@ fn present(
             set.spec.volume_claim_templates.clone().unwrap_or_default()
         }
     };
-    let change_recorded_at = change_recorded_at(set, desired_raw.is_some());
 
     let classes_known = inputs.classes.unreadable.is_none();
     let mut claim_list = Vec::with_capacity(templates.len() * ordinals.len());
@@ -791,6 +795,10 @@ fn present(
                 Assessment::Compatible => (ClaimState::Compatible, None),
                 _ if failure.is_some() => (ClaimState::Failed, failure),
                 Assessment::Updating => (ClaimState::Updating, None),
+                Assessment::Waiting(_) if !bound(claim) && !needs_patch(template, claim) => (
+                    ClaimState::Provisioning,
+                    Some("not bound yet; it asks for its template's size".to_owned()),
+                ),
                 Assessment::Waiting(why) => (ClaimState::Waiting, Some(why)),
                 Assessment::Incompatible(why) => (ClaimState::Incompatible, Some(why)),
                 Assessment::Patch(patch) => {
@@ -825,6 +833,7 @@ fn present(
                 ClaimState::Pending => counts.pending += 1,
                 ClaimState::Held => counts.held += 1,
                 ClaimState::Waiting => counts.waiting += 1,
+                ClaimState::Provisioning => counts.provisioning += 1,
                 ClaimState::Incompatible => counts.incompatible += 1,
                 ClaimState::Failed => counts.failed += 1,
                 ClaimState::Missing => {}
@@ -847,6 +856,12 @@ fn present(
         &journal_name(&namespace, &name),
     );
     let convergence = convergence(Some(set), journal, inputs, selection, &namespace, &name);
+    let claims_open =
+        counts.updating + counts.pending + counts.waiting + counts.incompatible + counts.failed > 0;
+    // Only a change in flight has an age worth showing.
+    let change_recorded_at = (convergence.phase != ConvergencePhase::None || claims_open)
+        .then(|| change_recorded_at(set, desired_raw.is_some()))
+        .flatten();
     let uid = set.metadata.uid.clone();
     let set_conditions: Vec<Condition> = set
         .status
@@ -921,6 +936,22 @@ fn present(
         refusal,
         claim_list,
         verdict: Verdict::default(),
+    }
+}
+
+fn bound(claim: &PersistentVolumeClaim) -> bool {
+    claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+}
+
+/// Whether the claim asks for less storage than its template (it must grow once bound).
+fn needs_patch(template: &PersistentVolumeClaim, claim: &PersistentVolumeClaim) -> bool {
+    match (
+        parse_quantity(request_of(template)),
+        parse_quantity(request_of(claim)),
+    ) {
+        (Some(want), Some(have)) => have < want,
+        (Some(_), None) => true,
+        (None, _) => false,
     }
 }
 
@@ -1477,5 +1508,224 @@ impl<'a> EventIndex<'a> {
                     && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == uid
             })
             .copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::status::fixtures::*;
+
+    fn entry(manager: &str, seconds: i64, fields: Value) -> Value {
+        json!({"manager": manager, "operation": "Update", "apiVersion": "apps/v1",
+               "time": time(seconds), "fieldsType": "FieldsV1", "fieldsV1": fields})
+    }
+
+    fn recorded_at(set: &Value) -> Option<String> {
+        report(&[set.clone()]).items[0].change_recorded_at.clone()
+    }
+
+    #[test]
+    fn the_change_is_dated_by_who_recorded_it() {
+        let annotation = json!({"f:metadata": {"f:annotations": {
+            "f:stateful-admission.io/desired-volume-claim-templates": {}}}});
+        let templates = json!({"f:spec": {"f:volumeClaimTemplates": {}}});
+        let recorded = set("web", "1Gi", Some("2Gi"), None);
+        // The entry owning the annotation, not a later writer.
+        let set_a = with(
+            recorded.clone(),
+            "/metadata/managedFields",
+            json!([
+                entry("helm", 100, annotation.clone()),
+                entry("kubectl-scale", 200, json!({"f:spec": {"f:replicas": {}}})),
+                entry(names::CONTROLLER_NAME, 300, json!({"f:metadata": {}}))
+            ]),
+        );
+        assert_eq!(recorded_at(&set_a), Some(time(100)));
+        // Where no entry owns it (the mutation not attributed), the last write by anyone but us.
+        let set_b = with(
+            recorded,
+            "/metadata/managedFields",
+            json!([
+                entry("helm", 100, templates.clone()),
+                entry("kubectl-scale", 200, json!({})),
+                entry(names::CONTROLLER_NAME, 300, json!({}))
+            ]),
+        );
+        assert_eq!(recorded_at(&set_b), Some(time(200)));
+        // After the re-create: the applier's restored entry owning the templates, while claims
+        // still follow.
+        let converged = with(
+            set("web", "2Gi", None, Some("InPlace")),
+            "/metadata/managedFields",
+            json!([
+                entry("helm", 100, templates),
+                entry(names::CONTROLLER_NAME, 300, json!({}))
+            ]),
+        );
+        let following = report(&[
+            converged.clone(),
+            class("fast", true),
+            claim("web", 0, "1Gi", "1Gi"),
+        ]);
+        assert_eq!(following.items[0].change_recorded_at, Some(time(100)));
+        // Nothing in flight: no age.
+        let done = report(&[
+            converged,
+            class("fast", true),
+            claim("web", 0, "2Gi", "2Gi"),
+        ]);
+        assert_eq!(done.items[0].change_recorded_at, None);
+    }
+
+    #[test]
+    fn managed_fields_are_trimmed_to_what_dates_the_change() {
+        let entries: Vec<ManagedFieldsEntry> = serde_json::from_value(json!([
+            entry(
+                "helm",
+                100,
+                json!({"f:metadata": {"f:labels": {"f:app": {}},
+                "f:annotations": {"f:stateful-admission.io/desired-volume-claim-templates": {}}},
+                "f:spec": {"f:template": {"f:spec": {}}, "f:volumeClaimTemplates": {}}})
+            ),
+            entry("kubectl", 200, json!({"f:spec": {"f:replicas": {}}})),
+        ]))
+        .expect("entries");
+        let trimmed = trim_managed_fields(Some(entries)).expect("kept");
+        assert_eq!(
+            serde_json::to_value(&trimmed).expect("json"),
+            json!([
+                {"manager": "helm", "operation": "Update", "time": time(100), "fieldsV1": {
+                    "f:metadata": {"f:annotations": {"f:stateful-admission.io/desired-volume-claim-templates": {}}},
+                    "f:spec": {"f:volumeClaimTemplates": {}}}},
+                {"manager": "kubectl", "operation": "Update", "time": time(200), "fieldsV1": {}}
+            ])
+        );
+        assert_eq!(trim_managed_fields(None), None);
+    }
+
+    #[test]
+    fn sets_are_listed_when_they_carry_something_of_ours_or_are_named() {
+        let plain = without(set("plain", "1Gi", None, None), "/status/conditions");
+        let in_place = without(
+            set("inplace", "1Gi", None, Some("InPlace")),
+            "/status/conditions",
+        );
+        let conditions = set("conditions", "1Gi", None, None);
+        let recorded = without(
+            set("recorded", "1Gi", Some("2Gi"), None),
+            "/status/conditions",
+        );
+        let other_ns = with(
+            set("elsewhere", "1Gi", Some("2Gi"), None),
+            "/metadata/namespace",
+            json!("other"),
+        );
+        let gone = set("gone", "1Gi", Some("2Gi"), None);
+        let objects = [
+            plain,
+            in_place,
+            conditions,
+            recorded.clone(),
+            other_ns,
+            journal(&gone, "deleting"),
+        ];
+        let names: Vec<(String, Presence)> = report(&objects)
+            .items
+            .iter()
+            .map(|s| (s.name.clone(), s.presence))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("conditions".to_owned(), Presence::Present),
+                ("gone".to_owned(), Presence::Recreating),
+                ("inplace".to_owned(), Presence::Present),
+                ("recorded".to_owned(), Presence::Present),
+            ]
+        );
+        let named = report_of(&inputs(&objects), Some("plain"), &[]);
+        assert_eq!(named.items.len(), 1);
+        assert_eq!(named.items[0].name, "plain");
+        // Every namespace.
+        let mut all = selection(None);
+        all.namespace = None;
+        let everywhere = build(&inputs(&objects), &all, &[], at(NOW));
+        assert_eq!(everywhere.items.len(), 5);
+    }
+
+    #[test]
+    fn only_our_newest_events_about_the_set_and_its_claims_are_kept() {
+        let mut objects = vec![
+            set("web", "1Gi", None, Some("InPlace")),
+            claim("web", 0, "1Gi", "1Gi"),
+        ];
+        for i in 0..12 {
+            objects.push(event(
+                "VolumeClaimPatched",
+                "Normal",
+                "StatefulSet",
+                "web",
+                "uid-web",
+                &format!("n{i}"),
+                100 + i,
+            ));
+        }
+        objects.push(event(
+            "VolumeClaimPatchFailed",
+            "Warning",
+            "PersistentVolumeClaim",
+            "data-web-0",
+            "uid-data-web-0",
+            "claim",
+            150,
+        ));
+        // About a claim of the same name that was deleted since: another uid.
+        objects.push(event(
+            "VolumeClaimIncompatible",
+            "Warning",
+            "PersistentVolumeClaim",
+            "data-web-0",
+            "uid-old",
+            "old claim",
+            160,
+        ));
+        let mut foreign = event(
+            "Resizing",
+            "Normal",
+            "PersistentVolumeClaim",
+            "data-web-0",
+            "uid-data-web-0",
+            "theirs",
+            170,
+        );
+        foreign["reportingController"] = json!("external-resizer");
+        objects.push(foreign);
+        let events = &report(&objects).items[0].events;
+        let notes: Vec<&str> = events.iter().map(|e| e.note.as_str()).collect();
+        assert_eq!(
+            notes,
+            [
+                "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11", "claim"
+            ]
+        );
+        assert_eq!(events[9].object, "PersistentVolumeClaim/data-web-0");
+        assert_eq!(events[9].time.as_deref(), Some(time(150).as_str()));
+    }
+
+    #[test]
+    fn inputs_take_only_the_kinds_status_reads() {
+        assert!(
+            Inputs::from_json(&[
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}})
+            ])
+            .is_err()
+        );
+        let inputs = Inputs::from_json(&[set("web", "1Gi", None, None), class("fast", true)])
+            .expect("inputs");
+        assert!(inputs.sets.get(NS, "web").is_some());
+        assert!(inputs.classes.get("", "fast").is_some());
     }
 }
