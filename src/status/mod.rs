@@ -161,7 +161,12 @@ pub async fn run(args: Args) -> u8 {
                 match judge::wait_result(&report) {
                     judge::WaitResult::Done(lines) => {
                         for line in lines {
-                            print(&format!("{line}\n"));
+                            // Standard output stays one JSON report per line.
+                            if args.output == Some(Output::Json) {
+                                eprintln!("{line}");
+                            } else {
+                                print(&format!("{line}\n"));
+                            }
                         }
                         return 0;
                     }

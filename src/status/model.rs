@@ -1524,7 +1524,9 @@ mod tests {
     }
 
     fn recorded_at(set: &Value) -> Option<String> {
-        report(std::slice::from_ref(set)).items[0].change_recorded_at.clone()
+        report(std::slice::from_ref(set)).items[0]
+            .change_recorded_at
+            .clone()
     }
 
     #[test]

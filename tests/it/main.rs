@@ -27,4 +27,5 @@ mod serve_tls;
 mod server_router;
 mod statefulset_conditions;
 mod statefulset_rules;
+mod status_cli;
 mod support;

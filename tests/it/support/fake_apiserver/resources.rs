@@ -147,6 +147,7 @@ pub static CORE_EVENTS: ResourceType = ResourceType {
         ("involvedObject.namespace", "/involvedObject/namespace"),
         ("involvedObject.uid", "/involvedObject/uid"),
         ("reason", "/reason"),
+        ("reportingComponent", "/reportingComponent"),
         ("type", "/type"),
     ],
 };
@@ -165,6 +166,7 @@ pub static EVENTS: ResourceType = ResourceType {
         ("regarding.namespace", "/regarding/namespace"),
         ("regarding.uid", "/regarding/uid"),
         ("reason", "/reason"),
+        ("reportingController", "/reportingController"),
         ("type", "/type"),
     ],
 };

@@ -1,0 +1,490 @@
+//! `stateful-admission status` through the built binary against the fake API server, pointed
+//! at it by a kubeconfig: the views, `--wait` following a rollout the test advances as the
+//! controller and a volume resizer would, its failure and timeout exits, and that nothing but
+//! reads is ever sent.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use stateful_admission::admission::statefulset::templates::desired_annotation;
+use stateful_admission::controller::claims::converge;
+use stateful_admission::names;
+use tokio::sync::mpsc;
+
+use crate::common::run_binary_with_env;
+use crate::support::fake_apiserver::{FakeApiServer, resources};
+
+const NS: &str = "db";
+const CONTROLLER_NS: &str = "stateful-admission";
+const JOURNAL: &str = "sa-journal.db.web";
+/// Longest wait for the binary to show a state; never reached when it works.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn template(storage: &str) -> Value {
+    json!({"metadata": {"name": "data"},
+           "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                    "resources": {"requests": {"storage": storage}}}})
+}
+
+/// Set `web` (policy InPlace, 3 replicas) with live templates of `live`, and `desired`
+/// recorded as the webhook records it.
+fn set(live: &str, desired: Option<&str>) -> Value {
+    let mut annotations = json!({names::VOLUME_CLAIM_UPDATE_POLICY: "InPlace"});
+    if let Some(size) = desired {
+        annotations[names::DESIRED_VOLUME_CLAIM_TEMPLATES] =
+            json!(desired_annotation(&[template(size)]).expect("annotation"));
+    }
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+           "metadata": {"name": "web", "namespace": NS, "annotations": annotations},
+           "spec": {"replicas": 3, "serviceName": "web",
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                                 "spec": {"containers": [{"name": "c", "image": "db:1"}]}},
+                    "volumeClaimTemplates": [template(live)]}})
+}
+
+fn claim(ordinal: u32, request: &str, capacity: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": format!("data-web-{ordinal}"), "namespace": NS},
+           "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                    "volumeName": format!("pv-{ordinal}"),
+                    "resources": {"requests": {"storage": request}}},
+           "status": {"phase": "Bound", "capacity": {"storage": capacity}}})
+}
+
+/// A cluster with class `fast` (expandable), set `web` as `set` and its three claims.
+async fn cluster(set: Value, request: &str, capacity: &str) -> FakeApiServer {
+    let api = FakeApiServer::start().await;
+    api.put_object(json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "fast"}, "provisioner": "disk.example.com", "allowVolumeExpansion": true}));
+    api.put_object(set);
+    for n in 0..3 {
+        api.put_object(claim(n, request, capacity));
+    }
+    api
+}
+
+/// A kubeconfig for `api` whose context's namespace is `db`.
+fn kubeconfig(api: &FakeApiServer) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        file.path(),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: dev\n    namespace: {NS}\n\
+             current-context: fake\nusers:\n- name: dev\n  user: {{}}\n",
+            api.url()
+        ),
+    )
+    .expect("kubeconfig");
+    file
+}
+
+/// Runs `status ARGS` to its end, off the runtime the fake serves from.
+async fn status(config: &tempfile::NamedTempFile, args: &[&str]) -> crate::common::Run {
+    let path = config.path().to_str().expect("utf-8").to_owned();
+    let mut all = vec!["status".to_owned()];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = all.iter().map(String::as_str).collect();
+        run_binary_with_env(&args, &[("KUBECONFIG", path.as_str())])
+    })
+    .await
+    .expect("run")
+}
+
+/// The binary running in the background, its stdout read line by line.
+struct Running {
+    child: Child,
+    lines: mpsc::UnboundedReceiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(binary: &str, config: &tempfile::NamedTempFile, args: &[&str]) -> Self {
+        let mut child = Command::new(binary)
+            .arg("status")
+            .args(args)
+            .env("KUBECONFIG", config.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("binary starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (send, lines) = mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a line of stdout that contains every one of `parts`; returns it.
+    async fn line_with(&mut self, parts: &[&str]) -> String {
+        let found = tokio::time::timeout(PATIENCE, async {
+            while let Some(line) = self.lines.recv().await {
+                self.seen.push(line.clone());
+                if parts.iter().all(|p| line.contains(p)) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(line)) => line,
+            _ => panic!(
+                "no line with {parts:?}; stdout so far:\n{}",
+                self.seen.join("\n")
+            ),
+        }
+    }
+
+    /// Waits for the exit; returns the code, the rest of stdout and stderr.
+    async fn exit(mut self) -> (i32, String, String) {
+        let mut child = self.child;
+        let (code, stderr) = tokio::task::spawn_blocking(move || {
+            let status = child.wait().expect("wait");
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                std::io::Read::read_to_string(&mut pipe, &mut stderr).expect("stderr");
+            }
+            (status.code().unwrap_or(-1), stderr)
+        })
+        .await
+        .expect("exit");
+        while let Some(line) = self.lines.recv().await {
+            self.seen.push(line);
+        }
+        (code, self.seen.join("\n"), stderr)
+    }
+}
+
+const BINARY: &str = env!("CARGO_BIN_EXE_stateful-admission");
+
+/// Everything the binary sent was a read (list or watch: GET).
+fn only_reads(api: &FakeApiServer) {
+    let writes = api.writes();
+    assert!(writes.is_empty(), "status wrote: {writes:?}");
+    assert!(!api.requests().is_empty());
+}
+
+fn journal(set: &Value, step: &str) -> Value {
+    let object = converge::desired_object(set).expect("desired object");
+    let mut cm = serde_json::to_value(
+        converge::journal_configmap(CONTROLLER_NS, set, &object).expect("journal"),
+    )
+    .expect("json");
+    cm["apiVersion"] = json!("v1");
+    cm["kind"] = json!("ConfigMap");
+    cm["metadata"]["annotations"][names::JOURNAL_STEP] = json!(step);
+    cm
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_views_read_the_cluster_and_write_nothing() {
+    let api = cluster(set("1Gi", Some("2Gi")), "1Gi", "1Gi").await;
+    api.put_object(json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "web.1", "namespace": NS},
+        "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "stateful-admission",
+        "reportingInstance": "sa-0", "action": "PatchClaim", "reason": "VolumeClaimPatched",
+        "type": "Normal", "note": "patched claim data-web-0",
+        "regarding": {"apiVersion": "apps/v1", "kind": "StatefulSet", "namespace": NS, "name": "web"}}));
+    let config = kubeconfig(&api);
+
+    // The context's namespace, as kubectl takes it.
+    let table = status(&config, &[]).await;
+    assert_eq!(table.code, 0, "{}{}", table.stdout, table.stderr);
+    let mut lines = table.stdout.lines();
+    assert!(
+        lines.next().is_some_and(|h| h.starts_with("NAME   STATE")),
+        "{}",
+        table.stdout
+    );
+    let row = lines.next().unwrap_or_default();
+    for cell in [
+        "web",
+        "Progressing",
+        "InPlace",
+        "data: 1Gi -> 2Gi",
+        "0/3 (3 pending)",
+        "pending",
+    ] {
+        assert!(row.contains(cell), "{cell:?} in {row}");
+    }
+
+    let detail = status(&config, &["web"]).await;
+    assert_eq!(detail.code, 0, "{}", detail.stderr);
+    for part in [
+        "StatefulSet:    db/web",
+        "State:          Progressing: change recorded (data: 1Gi -> 2Gi)",
+        "data-web-2   Pending   1Gi       1Gi        2Gi",
+        "Normal   VolumeClaimPatched",
+    ] {
+        assert!(
+            detail.stdout.contains(part),
+            "{part:?} in\n{}",
+            detail.stdout
+        );
+    }
+
+    let json = status(&config, &["-o", "json", "-A"]).await;
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let report = json.json();
+    assert_eq!(report["apiVersion"], "stateful-admission.io/v1alpha1");
+    assert_eq!(report["kind"], "StatusReport");
+    assert_eq!(report["items"][0]["namespace"], NS);
+    assert_eq!(report["items"][0]["convergence"]["phase"], "Pending");
+    assert_eq!(
+        report["items"][0]["events"][0]["reason"],
+        "VolumeClaimPatched"
+    );
+
+    let wide = status(&config, &["-o", "wide", "-n", NS]).await;
+    assert!(
+        wide.stdout
+            .lines()
+            .next()
+            .is_some_and(|h| h.contains("JOURNAL   LAST-BATCH   MESSAGE")),
+        "{}",
+        wide.stdout
+    );
+
+    let other = status(&config, &["-n", "empty"]).await;
+    assert_eq!(other.code, 0);
+    assert_eq!(other.stdout, "");
+    assert_eq!(
+        other.stderr,
+        "No StatefulSets with a storage rollout found in empty namespace.\n"
+    );
+
+    let missing = status(&config, &["nope"]).await;
+    assert_eq!(missing.code, 2, "{}", missing.stdout);
+    assert!(
+        missing
+            .stderr
+            .starts_with("error: statefulset db/nope not found"),
+        "{}",
+        missing.stderr
+    );
+
+    only_reads(&api);
+    // Events of ours only, asked of the apiserver.
+    assert!(api.requests().iter().any(|r| {
+        r.path
+            .contains("/apis/events.k8s.io/v1/namespaces/db/events")
+            && r.query
+                .contains("fieldSelector=reportingController%3Dstateful-admission")
+    }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_follows_a_rollout_to_its_end() {
+    let recorded = set("1Gi", Some("2Gi"));
+    let api = cluster(recorded.clone(), "1Gi", "1Gi").await;
+    let config = kubeconfig(&api);
+    let mut run = Running::start(BINARY, &config, &["web", "--wait", "--timeout", "2m"]);
+    // The change is recorded, nothing has acted yet: not done.
+    run.line_with(&["Convergence:", "pending"]).await;
+
+    // The controller journals the set, deletes it (orphan), creates it from the journal.
+    let live = api
+        .get_object(&resources::STATEFULSETS, NS, "web")
+        .expect("set");
+    api.put_object(journal(&live, "journaled"));
+    run.line_with(&["web", "journaled"]).await;
+    api.put_object(journal(&live, "deleting"));
+    api.remove_object(&resources::STATEFULSETS, NS, "web");
+    run.line_with(&["web", "re-creating"]).await;
+    let converged = set("2Gi", None);
+    api.put_object(converged);
+    api.remove_object(&resources::CONFIG_MAPS, CONTROLLER_NS, JOURNAL);
+    run.line_with(&["web", "done", "0/3 (3 pending)"]).await;
+
+    // The controller patches the claims; the resizer finishes them one by one.
+    for n in 0..3 {
+        api.put_object(claim(n, "2Gi", "1Gi"));
+    }
+    run.line_with(&["web", "0/3 (3 updating)"]).await;
+    api.put_object(claim(0, "2Gi", "2Gi"));
+    api.put_object(claim(1, "2Gi", "2Gi"));
+    run.line_with(&["web", "2/3 (1 updating)"]).await;
+    api.put_object(claim(2, "2Gi", "2Gi"));
+
+    let (code, stdout, stderr) = run.exit().await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        stdout.ends_with("statefulset db/web: storage rollout complete: the live object and 3 of 3 claims carry the recorded templates"),
+        "{stdout}"
+    );
+    only_reads(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_fails_on_a_resize_error_and_says_which_claim() {
+    let api = cluster(set("2Gi", None), "2Gi", "1Gi").await;
+    let config = kubeconfig(&api);
+    let mut run = Running::start(
+        BINARY,
+        &config,
+        &["--wait", "-o", "wide", "--timeout", "60s"],
+    );
+    run.line_with(&["web", "0/3 (3 updating)"]).await;
+    let mut failing = claim(1, "2Gi", "1Gi");
+    failing["status"]["conditions"] = json!([{"type": "ControllerResizeError", "status": "True",
+        "message": "resize volume \"pv-1\" by resizer \"disk.example.com\" failed: quota exceeded"}]);
+    api.put_object(failing);
+    let (code, stdout, stderr) = run.exit().await;
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert_eq!(
+        stderr,
+        "error: statefulset db/web: claim data-web-1: ControllerResizeError: resize volume \"pv-1\" by resizer \"disk.example.com\" failed: quota exceeded\n"
+    );
+    only_reads(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_times_out_with_what_it_waited_for() {
+    let api = cluster(set("1Gi", Some("2Gi")), "1Gi", "1Gi").await;
+    let config = kubeconfig(&api);
+    let run = status(&config, &["--wait", "--timeout", "1s"]).await;
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stderr,
+        "error: timed out after 1s waiting for statefulset db/web: change recorded (data: 1Gi -> 2Gi); waiting for the controller to journal it and re-create the StatefulSet with it\n"
+    );
+    only_reads(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_journals_are_said_and_judged_without() {
+    let api = cluster(set("1Gi", Some("2Gi")), "1Gi", "1Gi").await;
+    // A developer who may not read the controller's namespace.
+    api.fail_next("GET", "/namespaces/stateful-admission/configmaps", 403, 1);
+    let config = kubeconfig(&api);
+    let run = status(&config, &["-o", "json"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report = run.json();
+    assert_eq!(report["unreadable"][0]["resource"], "configmaps");
+    let verdict = &report["items"][0]["verdict"];
+    assert_eq!(verdict["reason"], "ChangeRecorded");
+    assert!(
+        verdict["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("journals cannot be read"),
+        "{verdict}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_wait_prints_a_report_per_change() {
+    let api = cluster(set("2Gi", None), "2Gi", "1Gi").await;
+    let config = kubeconfig(&api);
+    let mut run = Running::start(
+        BINARY,
+        &config,
+        &["-o", "json", "--wait", "--timeout", "60s"],
+    );
+    let first: Value =
+        serde_json::from_str(&run.line_with(&["StatusReport"]).await).expect("json line");
+    assert_eq!(first["items"][0]["claims"]["updating"], 3);
+    for n in 0..3 {
+        api.put_object(claim(n, "2Gi", "2Gi"));
+    }
+    let (code, stdout, stderr) = run.exit().await;
+    assert_eq!(code, 0, "{stderr}");
+    let reports: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a report per line"))
+        .collect();
+    assert_eq!(
+        reports
+            .last()
+            .map(|r| r["items"][0]["verdict"]["result"].clone()),
+        Some(json!("Done"))
+    );
+    assert!(
+        stderr.starts_with("statefulset db/web: storage rollout complete"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubectl_plugin_name_works_and_usage_errors_exit_2() {
+    let api = cluster(set("2Gi", None), "2Gi", "2Gi").await;
+    let config = kubeconfig(&api);
+    let dir = tempfile::tempdir().expect("dir");
+    let plugin = dir.path().join("kubectl-stateful_admission");
+    std::os::unix::fs::symlink(BINARY, &plugin).expect("link");
+    let path = config.path().to_owned();
+    let plugin_run = |args: Vec<&'static str>| {
+        let (plugin, path) = (plugin.clone(), path.clone());
+        tokio::task::spawn_blocking(move || {
+            Command::new(plugin)
+                .args(args)
+                .env("KUBECONFIG", path)
+                .output()
+                .expect("plugin runs")
+        })
+    };
+    // kubectl runs the plugin with the words after `kubectl stateful-admission`.
+    let out = plugin_run(vec!["status", "web"]).await.expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("State:          Done: storage rollout complete")
+    );
+    let help = plugin_run(vec!["status", "--help"]).await.expect("run");
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    assert!(
+        help.contains("Usage: kubectl stateful-admission status [OPTIONS] [NAME]"),
+        "{help}"
+    );
+    for flag in [
+        "-n, --namespace",
+        "-A, --all-namespaces",
+        "-o, --output",
+        "-w, --watch",
+        "--context",
+        "--timeout",
+        "--wait",
+    ] {
+        assert!(help.contains(flag), "{flag} in {help}");
+    }
+
+    let bad = plugin_run(vec!["status", "-A", "web"]).await.expect("run");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("kubectl stateful-admission status"));
+    let bad = status(&config, &["--wait", "--timeout", "soon"]).await;
+    assert_eq!(bad.code, 2);
+    assert!(
+        bad.stderr.contains("not a duration like 90s, 10m or 1h30m"),
+        "{}",
+        bad.stderr
+    );
+    let none = run_binary_with_env(&["status"], &[("KUBECONFIG", "/nonexistent/kubeconfig")]);
+    assert_eq!(none.code, 2);
+    assert!(
+        none.stderr.starts_with("error: no cluster configuration"),
+        "{}",
+        none.stderr
+    );
+    only_reads(&api);
+}
