@@ -179,7 +179,11 @@ pub fn selection(name: Option<&str>) -> Selection {
 
 /// The judged report of `inputs` at T0+[`NOW`].
 pub fn report_of(inputs: &Inputs, name: Option<&str>, absent: &[model::Absent]) -> StatusReport {
-    let mut report = model::build(inputs, &selection(name), absent, at(NOW));
+    let followed = model::Followed {
+        sets: Default::default(),
+        absent: absent.to_vec(),
+    };
+    let mut report = model::build(inputs, &selection(name), &followed, at(NOW));
     judge::judge_report(&mut report, at(NOW), Duration::from_secs(30));
     report
 }

@@ -23,7 +23,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 
 use gather::{Applied, Feed, Store};
-use model::{Absent, Key, Presence, Selection, StatusReport};
+use model::{Absent, Followed, Key, Presence, Selection, StatusReport};
 use render::{Table, TableOptions};
 
 /// `--timeout` of `--wait` unless given.
@@ -146,7 +146,7 @@ pub async fn run(args: Args) -> u8 {
         if store.synced() {
             let now = Timestamp::now();
             tracker.note(&store.inputs, now);
-            let mut report = model::build(&store.inputs, &selection, &tracker.absent(), now);
+            let mut report = model::build(&store.inputs, &selection, &tracker.followed(), now);
             judge::judge_report(&mut report, now, grace);
             tracker.saw(&report);
             if !follow {
@@ -219,7 +219,7 @@ pub async fn run(args: Args) -> u8 {
                     return 0;
                 }
                 let now = Timestamp::now();
-                let mut report = model::build(&store.inputs, &selection, &tracker.absent(), now);
+                let mut report = model::build(&store.inputs, &selection, &tracker.followed(), now);
                 judge::judge_report(&mut report, now, grace);
                 for line in judge::timed_out(&report, timeout) {
                     eprintln!("error: {line}");
@@ -329,15 +329,19 @@ impl Tracker {
         }
     }
 
-    fn absent(&self) -> Vec<Absent> {
-        self.absent
-            .iter()
-            .map(|((namespace, name), since)| Absent {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                since: *since,
-            })
-            .collect()
+    fn followed(&self) -> Followed {
+        Followed {
+            sets: self.followed.clone(),
+            absent: self
+                .absent
+                .iter()
+                .map(|((namespace, name), since)| Absent {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    since: *since,
+                })
+                .collect(),
+        }
     }
 
     /// When the first absent set's grace runs out (then it is judged not found).

@@ -10,7 +10,7 @@
 //! applied at all ([`converge::desired_object`]), and which rollout a progress record is about
 //! ([`rollout_key`]). So `status` says what the controller will do, not a guess of it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -134,6 +134,16 @@ impl Selection {
     fn matches(&self, namespace: &str, name: &str) -> bool {
         self.namespace_matches(namespace) && self.name.as_deref().is_none_or(|n| n == name)
     }
+}
+
+/// What a run that follows sets over time knows beyond the objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Followed {
+    /// Sets reported before: reported again even with nothing of ours left on them (a set
+    /// re-created by its convergence carries no recorded change).
+    pub sets: BTreeSet<Key>,
+    /// Sets that were there (or were asked for by name) and are not now.
+    pub absent: Vec<Absent>,
 }
 
 /// A set that was there (or was asked for by name) and is not now, and since when.
@@ -500,24 +510,26 @@ const REFUSALS: [&str; 3] = [
     "DesiredTemplatesInvalid",
 ];
 
-/// Builds the report for `selection` at `now`. `absent` names sets to report although they are
-/// not in `inputs` (seen before in this run, or asked for by name).
+/// Builds the report for `selection` at `now`, with what a run following the sets knows.
 pub fn build(
     inputs: &Inputs,
     selection: &Selection,
-    absent: &[Absent],
+    followed: &Followed,
     now: Timestamp,
 ) -> StatusReport {
     let events = EventIndex::new(&inputs.events);
     let mut items: BTreeMap<Key, SetStatus> = BTreeMap::new();
     for ((namespace, name), set) in &inputs.sets.objects {
+        let key = (namespace.clone(), name.clone());
         if !selection.matches(namespace, name)
-            || (selection.name.is_none() && !relevant(set, inputs, selection))
+            || (selection.name.is_none()
+                && !followed.sets.contains(&key)
+                && !relevant(set, inputs, selection))
         {
             continue;
         }
         let status = present(set, inputs, selection, &events);
-        items.insert((namespace.clone(), name.clone()), status);
+        items.insert(key, status);
     }
     // Sets being created again from a journal, and sets gone from sight.
     for journal in inputs.journals.objects.values() {
@@ -537,7 +549,7 @@ pub fn build(
             items.insert((namespace, name), status);
         }
     }
-    for gone in absent {
+    for gone in &followed.absent {
         let key = (gone.namespace.clone(), gone.name.clone());
         if items.contains_key(&key) || !selection.matches(&gone.namespace, &gone.name) {
             continue;
@@ -1654,8 +1666,15 @@ mod tests {
         // Every namespace.
         let mut all = selection(None);
         all.namespace = None;
-        let everywhere = build(&inputs(&objects), &all, &[], at(NOW));
+        let everywhere = build(&inputs(&objects), &all, &Followed::default(), at(NOW));
         assert_eq!(everywhere.items.len(), 5);
+        // A set reported before is reported again, with nothing of ours left on it.
+        let followed = Followed {
+            sets: [(NS.to_owned(), "plain".to_owned())].into(),
+            absent: Vec::new(),
+        };
+        let again = build(&inputs(&objects), &selection(None), &followed, at(NOW));
+        assert!(again.items.iter().any(|s| s.name == "plain"));
     }
 
     #[test]

@@ -987,9 +987,20 @@ mod documented {
 
     #[test]
     fn every_field_of_the_json_report_is_documented_in_the_readme() {
-        let mut objects = vec![set("web", "1Gi", Some("2Gi"), Some("InPlace")), class("fast", true)];
+        let mut objects = vec![
+            set("web", "1Gi", Some("2Gi"), Some("InPlace")),
+            class("fast", true),
+        ];
         objects.push(claim("web", 0, "1Gi", "1Gi"));
-        objects.push(event("ConvergeSkipped", "Warning", "StatefulSet", "web", "uid-web", "no", 200));
+        objects.push(event(
+            "ConvergeSkipped",
+            "Warning",
+            "StatefulSet",
+            "web",
+            "uid-web",
+            "no",
+            200,
+        ));
         let mut report = report(&objects);
         report.unreadable.push(Unreadable {
             resource: "pods".into(),
@@ -1034,7 +1045,9 @@ mod documented {
         claim.current_volume_attributes_class = Some("x".into());
         claim.target_volume_attributes_class = Some("x".into());
         claim.modify_volume_status = Some("x".into());
-        claim.allocated_resource_statuses.insert("storage".into(), "x".into());
+        claim
+            .allocated_resource_statuses
+            .insert("storage".into(), "x".into());
         claim.conditions.push(ClaimCondition {
             type_: "Resizing".into(),
             status: "True".into(),
@@ -1055,7 +1068,9 @@ mod documented {
             .expect("the status report section");
         let missing: Vec<&String> = found
             .iter()
-            .filter(|k| !section.contains(&format!("`{k}`")) && !section.contains(&format!("`{k}[]`")))
+            .filter(|k| {
+                !section.contains(&format!("`{k}`")) && !section.contains(&format!("`{k}[]`"))
+            })
             .collect();
         assert!(missing.is_empty(), "README does not document {missing:?}");
         assert!(found.len() > 60, "{found:?}");

@@ -332,6 +332,39 @@ async fn wait_follows_a_rollout_to_its_end() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_on_policy_on_delete_waits_for_the_live_object_only() {
+    // Policy OnDelete (the default): claims are not patched, so they are already "as good as
+    // they get"; a recorded change is still not done until the set is re-created with it.
+    let mut recorded = set("1Gi", Some("2Gi"));
+    recorded["metadata"]["annotations"]
+        .as_object_mut()
+        .expect("annotations")
+        .remove(names::VOLUME_CLAIM_UPDATE_POLICY);
+    let api = cluster(recorded, "1Gi", "1Gi").await;
+    let config = kubeconfig(&api);
+    let mut run = Running::start(BINARY, &config, &["--wait", "--timeout", "60s"]);
+    run.line_with(&["web", "OnDelete", "pending"]).await;
+    let live = api
+        .get_object(&resources::STATEFULSETS, NS, "web")
+        .expect("set");
+    api.put_object(journal(&live, "deleting"));
+    api.remove_object(&resources::STATEFULSETS, NS, "web");
+    // Still waiting while the set is away.
+    run.line_with(&["web", "re-creating"]).await;
+    let mut converged = set("2Gi", None);
+    converged["metadata"]["annotations"] = json!({});
+    api.put_object(converged);
+    api.remove_object(&resources::CONFIG_MAPS, CONTROLLER_NS, JOURNAL);
+    let (code, stdout, stderr) = run.exit().await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        stdout.ends_with("statefulset db/web: storage rollout complete: the live object carries the recorded templates; policy OnDelete patches no existing claim (0 of 3 compatible), new and re-created claims get the templates"),
+        "{stdout}"
+    );
+    only_reads(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_fails_on_a_resize_error_and_says_which_claim() {
     let api = cluster(set("2Gi", None), "2Gi", "1Gi").await;
     let config = kubeconfig(&api);
