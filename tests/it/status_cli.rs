@@ -261,6 +261,11 @@ async fn the_views_read_the_cluster_and_write_nothing() {
         wide.stdout
     );
 
+    // --watch alone ends after --timeout, having printed the view once (nothing changed).
+    let watched = status(&config, &["--watch", "--timeout", "1s"]).await;
+    assert_eq!(watched.code, 0, "{}", watched.stderr);
+    assert_eq!(watched.stdout, table.stdout);
+
     let other = status(&config, &["-n", "empty"]).await;
     assert_eq!(other.code, 0);
     assert_eq!(other.stdout, "");
