@@ -224,7 +224,8 @@ pub struct SetStatus {
     /// When a set that was there went away (RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub absent_since: Option<String>,
-    /// `OnDelete` or `InPlace`: how existing claims follow the templates.
+    /// `OnDelete` or `InPlace`: how existing claims follow the templates (while the set is
+    /// absent, that of the object its journal creates; empty without one).
     pub policy: String,
     /// Why the policy annotation was ignored (the controller then uses `OnDelete`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -338,7 +339,7 @@ pub enum ConvergencePhase {
     Abandoned,
     /// The journal cannot be used: it waits for a human.
     Stuck,
-    /// Journals cannot be read and the set is absent.
+    /// The set is absent and no journal says why.
     Unknown,
 }
 
@@ -681,6 +682,22 @@ fn missing(
         )
     });
     let convergence = convergence(None, journal, inputs, selection, namespace, name);
+    // What the set will be again: the object its journal creates.
+    let future: Option<StatefulSet> = journal
+        .and_then(|j| converge::read(j).ok())
+        .and_then(|j| serde_json::from_value(j.object).ok());
+    let (policy, update_strategy, partition, replicas) = match &future {
+        Some(set) => {
+            let (rollout, _) = claims::rollout_settings(set, 0);
+            (
+                policy_name(rollout.policy),
+                strategy_name(set),
+                i64::try_from(rollout.partition).unwrap_or(i64::MAX),
+                i64::from(set.spec.replicas.unwrap_or(1)),
+            )
+        }
+        None => (String::new(), String::new(), 0, 0),
+    };
     SetStatus {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
@@ -691,11 +708,11 @@ fn missing(
             Presence::Absent
         },
         absent_since: since.map(format_time),
-        policy: "OnDelete".to_owned(),
+        policy,
         policy_error: None,
-        update_strategy: "RollingUpdate".to_owned(),
-        partition: 0,
-        replicas: 0,
+        update_strategy,
+        partition,
+        replicas,
         change_recorded_at: None,
         changes: Vec::new(),
         desired_templates_error: None,
@@ -912,8 +929,6 @@ fn present(
     let recorded_claim_status = annotations
         .and_then(|a| a.get(names::VOLUME_CLAIM_STATUS))
         .and_then(|s| serde_json::from_str(s).ok());
-    let strategy = set.spec.update_strategy.as_ref();
-    let on_delete = strategy.and_then(|s| s.type_.as_deref()) == Some("OnDelete");
     SetStatus {
         events: events.about(&namespace, &name, &claim_uids),
         max_unavailable: max_unavailable_of(set, events),
@@ -922,18 +937,9 @@ fn present(
         uid,
         presence: Presence::Present,
         absent_since: None,
-        policy: match rollout.policy {
-            ClaimUpdatePolicy::InPlace => "InPlace",
-            ClaimUpdatePolicy::OnDelete => "OnDelete",
-        }
-        .to_owned(),
+        policy: policy_name(rollout.policy),
         policy_error,
-        update_strategy: if on_delete {
-            "OnDelete"
-        } else {
-            "RollingUpdate"
-        }
-        .to_owned(),
+        update_strategy: strategy_name(set),
         partition: i64::try_from(rollout.partition).unwrap_or(i64::MAX),
         replicas: i64::from(replicas),
         change_recorded_at: change_recorded_at.map(format_time),
@@ -949,6 +955,29 @@ fn present(
         claim_list,
         verdict: Verdict::default(),
     }
+}
+
+fn policy_name(policy: ClaimUpdatePolicy) -> String {
+    match policy {
+        ClaimUpdatePolicy::InPlace => "InPlace",
+        ClaimUpdatePolicy::OnDelete => "OnDelete",
+    }
+    .to_owned()
+}
+
+fn strategy_name(set: &StatefulSet) -> String {
+    let on_delete = set
+        .spec
+        .update_strategy
+        .as_ref()
+        .and_then(|s| s.type_.as_deref())
+        == Some("OnDelete");
+    if on_delete {
+        "OnDelete"
+    } else {
+        "RollingUpdate"
+    }
+    .to_owned()
 }
 
 fn bound(claim: &PersistentVolumeClaim) -> bool {
@@ -1253,6 +1282,14 @@ fn convergence(
             journal_step: None,
             message: (phase != ConvergencePhase::None)
                 .then(|| format!("journals cannot be read: {why}")),
+        };
+    }
+    if set.is_none() && journal.is_none() {
+        return Convergence {
+            phase: ConvergencePhase::Unknown,
+            journal: None,
+            journal_step: None,
+            message: None,
         };
     }
     let live = set.map(live_facts);
@@ -1637,7 +1674,7 @@ mod tests {
             "/metadata/namespace",
             json!("other"),
         );
-        let gone = set("gone", "1Gi", Some("2Gi"), None);
+        let gone = set("gone", "1Gi", Some("2Gi"), Some("InPlace"));
         let objects = [
             plain,
             in_place,
@@ -1659,6 +1696,12 @@ mod tests {
                 ("inplace".to_owned(), Presence::Present),
                 ("recorded".to_owned(), Presence::Present),
             ]
+        );
+        // Absent, it is described by the object its journal creates.
+        let recreating = &report(&objects).items[1];
+        assert_eq!(
+            (recreating.policy.as_str(), recreating.replicas, recreating.convergence.phase),
+            ("InPlace", 3, ConvergencePhase::Recreating)
         );
         let named = report_of(&inputs(&objects), Some("plain"), &[]);
         assert_eq!(named.items.len(), 1);
