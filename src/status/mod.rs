@@ -199,7 +199,7 @@ pub async fn run(args: Args) -> u8 {
                         Applied::Changed => changed = true,
                         Applied::Unchanged => {}
                         Applied::Fatal(why) => {
-                                eprintln!("error: {why}");
+                            eprintln!("error: {why}");
                             return ERROR;
                         }
                     }
