@@ -1700,7 +1700,11 @@ mod tests {
         // Absent, it is described by the object its journal creates.
         let recreating = &report(&objects).items[1];
         assert_eq!(
-            (recreating.policy.as_str(), recreating.replicas, recreating.convergence.phase),
+            (
+                recreating.policy.as_str(),
+                recreating.replicas,
+                recreating.convergence.phase
+            ),
             ("InPlace", 3, ConvergencePhase::Recreating)
         );
         let named = report_of(&inputs(&objects), Some("plain"), &[]);
