@@ -4,6 +4,7 @@ mod crash;
 mod denials;
 mod in_place;
 mod max_unavailable;
+mod status_wait;
 mod template_edits;
 
 use crate::support::Scenario;
@@ -21,5 +22,6 @@ pub fn all() -> Vec<Scenario> {
         max_unavailable::gate_off_annotation(),
         max_unavailable::gate_on(),
         max_unavailable::volume_attributes_class(),
+        status_wait::status_wait(),
     ]
 }
