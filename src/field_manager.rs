@@ -40,12 +40,7 @@ pub fn patch() -> PatchParams {
 
 /// A client from the kubeconfig or the in-cluster environment, sending [`USER_AGENT`].
 pub async fn client() -> anyhow::Result<kube::Client> {
-    client_from(kube::Config::infer().await?, None)
-}
-
-/// A client from the kubeconfig or the in-cluster environment whose writes wait for `limit`.
-pub async fn limited_client(limit: &WriteLimit) -> anyhow::Result<kube::Client> {
-    client_from(kube::Config::infer().await?, Some(limit))
+    client_from(crate::connect::infer().await?, None)
 }
 
 /// A client for `config`, sending [`USER_AGENT`], its writes limited by `limit` if given.

@@ -30,9 +30,12 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
         Ok(client) => client,
         Err(e) => {
             checks.push(super::Check::failed(
-                "cluster connection",
+                super::CLUSTER_CONNECTION,
                 format!("cannot build a client: {e}"),
-                "check the kubeconfig and --context",
+                format!(
+                    "check the kubeconfig and --context, see {}",
+                    super::runbook("check-cannot-reach-the-cluster")
+                ),
             ));
             return Report { checks };
         }
@@ -45,9 +48,12 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
         .map_err(|e| e.to_string());
     if let Err(why) = &version {
         checks.push(super::Check::failed(
-            "cluster connection",
+            super::CLUSTER_CONNECTION,
             format!("the apiserver did not answer /version: {why}"),
-            "check the kubeconfig, --context and the network path to the apiserver",
+            format!(
+                "check the kubeconfig, --context and the network path to the apiserver, see {}",
+                super::runbook("check-cannot-reach-the-cluster")
+            ),
         ));
         return Report { checks };
     }

@@ -85,6 +85,9 @@ pub fn runbook(anchor: &str) -> String {
     format!("{RUNBOOKS}#{anchor}")
 }
 
+/// The name of the check that fails when the cluster cannot be reached at all.
+pub const CLUSTER_CONNECTION: &str = "cluster connection";
+
 /// Every check of one run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Report {
@@ -92,6 +95,21 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report of a run that found no cluster to check: one failed `cluster connection`
+    /// line, so that `--output json` is JSON in this outcome too.
+    pub fn without_cluster(error: impl Into<String>) -> Self {
+        Self {
+            checks: vec![Check::failed(
+                CLUSTER_CONNECTION,
+                error,
+                format!(
+                    "set KUBECONFIG or pass --context, see {}",
+                    runbook("check-cannot-reach-the-cluster")
+                ),
+            )],
+        }
+    }
+
     /// Whether any check failed; warnings do not fail.
     pub fn failed(&self) -> bool {
         self.checks.iter().any(|c| c.status == Status::Failed)

@@ -413,8 +413,10 @@ async fn the_binary_reads_the_kubeconfig_prints_json_and_exits_by_the_result() {
     install
         .api
         .remove_object(&resources::MUTATING_WEBHOOK_CONFIGURATIONS, "", NAME);
-    let json = run(vec!["--output", "json"]).await.expect("run");
+    let json = run(vec!["-o", "json"]).await.expect("run");
     assert_eq!(json.code, 1, "{}{}", json.stdout, json.stderr);
+    // The client's own ERROR lines about the 404 stay out: the report says it.
+    assert_eq!(json.stderr, "", "{}", json.stderr);
     let report = json.json();
     let failed: Vec<&Value> = report["checks"]
         .as_array()
@@ -525,5 +527,79 @@ fn without_a_cluster_configuration_check_exits_two() {
         "{}",
         run.stderr
     );
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("docs/runbooks.md#check-cannot-reach-the-cluster"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(run.stdout, "");
+}
+
+/// The one failed check of a run that never got to the checks.
+fn only_check(run: &crate::common::Run) -> Value {
+    let report = run.json();
+    let checks = report["checks"].as_array().expect("checks");
+    assert_eq!(checks.len(), 1, "{report:#}");
+    assert_eq!(checks[0]["name"], "cluster connection", "{report:#}");
+    assert_eq!(checks[0]["status"], "failed", "{report:#}");
+    assert!(
+        checks[0]["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("docs/runbooks.md#check-cannot-reach-the-cluster")),
+        "{report:#}"
+    );
+    checks[0].clone()
+}
+
+#[test]
+fn check_prints_json_in_every_outcome_with_the_exit_code_of_the_text_output() {
+    // No kubeconfig: exit 2.
+    let run = run_binary_with_env(
+        &["check", "--output", "json"],
+        &[("KUBECONFIG", "/nonexistent/kubeconfig")],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let failed = only_check(&run);
+    assert!(
+        failed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("\"/nonexistent/kubeconfig\"")),
+        "{failed}"
+    );
+    assert_eq!(run.stderr, "");
+
+    // A context the kubeconfig does not have: exit 2.
+    let kubeconfig = temp_file(
+        ".yaml",
+        b"apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n\
+          contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+          current-context: c\nusers:\n- name: u\n  user: {}\n",
+    );
+    let path = kubeconfig.path().to_str().expect("utf-8");
+    let run = run_binary_with_env(
+        &["check", "-o", "json", "--context", "elsewhere"],
+        &[("KUBECONFIG", path)],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let failed = only_check(&run);
+    assert!(
+        failed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("elsewhere")),
+        "{failed}"
+    );
+
+    // An apiserver that does not answer: exit 1, as any failed check.
+    let run = run_binary_with_env(&["check", "-o", "json"], &[("KUBECONFIG", path)]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let failed = only_check(&run);
+    assert!(
+        failed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/version")),
+        "{failed}"
+    );
+    assert_eq!(run.stderr, "", "no client log lines");
 }

@@ -7,6 +7,7 @@ mod check;
 mod claim_rollout;
 mod claim_rules;
 mod cluster_view;
+mod command_line;
 mod common;
 mod controller_runtime;
 mod default_class_controller;

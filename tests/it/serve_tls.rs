@@ -19,6 +19,8 @@ pub(crate) struct Served {
     addr: String,
     probe_addr: String,
     stderr: mpsc::Receiver<String>,
+    /// What the process wrote before it listened.
+    startup: Vec<String>,
 }
 
 impl Served {
@@ -52,6 +54,7 @@ impl Served {
             addr: String::new(),
             probe_addr: String::new(),
             stderr: rx,
+            startup: Vec::new(),
         };
         let stderr = stderr.expect("stderr is piped");
         std::thread::spawn(move || {
@@ -67,6 +70,7 @@ impl Served {
                 .stderr
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .expect("the server logs that it listens");
+            served.startup.push(line.clone());
             let Ok(event) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };
@@ -118,6 +122,11 @@ impl Served {
 
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The lines written before the listener was bound, that one included.
+    pub(crate) fn startup_logs(&self) -> &[String] {
+        &self.startup
     }
 
     pub(crate) fn logs(&self) -> Vec<String> {
@@ -464,10 +473,18 @@ fn a_state_file_that_does_not_parse_stops_serve_naming_file_and_document() {
 }
 
 #[test]
-fn serve_without_a_certificate_source_is_a_usage_error() {
+fn serve_without_a_certificate_source_is_a_usage_error_naming_all_three() {
     let run = crate::common::run_binary(&["serve", "--state", "x"], None);
     assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("--tls-cert"), "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    for way_out in [
+        "--tls-cert",
+        "--tls-key",
+        "--self-signed",
+        "--self-managed-certs",
+    ] {
+        assert!(run.stderr.contains(way_out), "{way_out}: {}", run.stderr);
+    }
 }
 
 #[test]
