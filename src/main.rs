@@ -141,6 +141,18 @@ fn serve(args: ServeArgs) -> ExitCode {
             cli::DEPRECATED_SELF_SIGNED_NAMES
         );
     }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Before anything is made that shutdown must undo: a signal during startup is handled too.
+    let shutdown = {
+        let _runtime = runtime.enter();
+        shutdown_signal()
+    };
     // The --self-signed directory we made, removed when this guard drops: after the server
     // stopped on SIGTERM or Ctrl-C, or failed. One the user named stays.
     let mut self_signed_temp = None;
@@ -206,15 +218,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         },
     };
     let controller = args.controller.config();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(error) => {
-            eprintln!("error: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
     let limit = (args.kube_api_qps, args.kube_api_burst);
-    let result = runtime.block_on(run_serve(config, args.state, controller, limit));
+    let result = runtime.block_on(run_serve(config, args.state, controller, limit, shutdown));
     drop(self_signed_temp);
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -236,6 +241,7 @@ async fn run_serve(
     state: Option<PathBuf>,
     controller: Option<ControllerConfig>,
     (qps, burst): (f32, u32),
+    shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let Some(path) = state else {
         let limit = write_limit::WriteLimit::new(qps, burst).map_err(anyhow::Error::msg)?;
@@ -261,36 +267,48 @@ async fn run_serve(
             let task = tokio::spawn(controller.run(client, view, stop.clone()));
             server = server.with_companion(Companion { stop, task });
         }
-        return server.run(shutdown_signal()).await;
+        return server.run(shutdown).await;
     };
     let view = ClusterView::from_objects(state_file::load(&path)?);
     tracing::info!(state = %path.display(), counts = ?view.counts(), "cluster state loaded from file");
     if controller.is_some() {
         tracing::info!("controller off: it needs a cluster, and state comes from a file");
     }
-    Server::new(config, view).run(shutdown_signal()).await
+    Server::new(config, view).run(shutdown).await
 }
 
-/// SIGTERM (from the kubelet) or Ctrl-C.
-async fn shutdown_signal() {
+/// SIGTERM (from the kubelet) or Ctrl-C (SIGINT). The handlers are installed when this is
+/// called, not when the future is first polled: until then either signal would end the
+/// process at once, without the shutdown sequence. Needs the runtime entered.
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+        let wait = |kind| {
+            let registered = signal(kind);
+            async move {
+                match registered {
+                    Ok(mut stream) => {
+                        stream.recv().await;
+                    }
+                    // Not deliverable as a shutdown then; the other signal still is.
+                    Err(_) => std::future::pending().await,
                 }
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+        };
+        let (term, interrupt) = (wait(SignalKind::terminate()), wait(SignalKind::interrupt()));
+        async move {
+            tokio::select! {
+                _ = term => {}
+                _ = interrupt => {}
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
