@@ -254,3 +254,128 @@ fn the_runbook_version_table_agrees_with_check() {
     }
     assert!(rows >= 10, "only {rows} versions read from the table");
 }
+
+/// The part of README.md under `heading`, up to the next heading of the same or a higher
+/// level.
+fn readme_section(heading: &str) -> String {
+    let text = read(&repo().join("README.md"));
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let start = text
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("README.md has no {heading:?}"));
+    let body = &text[start + heading.len() + 2..];
+    let end = body
+        .match_indices("\n#")
+        .find(|(at, _)| {
+            let hashes = body[at + 1..].chars().take_while(|c| *c == '#').count();
+            hashes <= level && body[at + 1 + hashes..].starts_with(' ')
+        })
+        .map_or(body.len(), |(at, _)| at);
+    body[..end].to_owned()
+}
+
+/// README.md's sections on each command name every flag `--help` lists, and its tables give
+/// each flag the default clap has (`off` for a switch).
+#[test]
+fn readme_names_every_flag_of_each_command_with_its_default() {
+    use clap::CommandFactory;
+    let cli = stateful_admission::cli::Cli::command();
+    let mut defaults_checked = 0;
+    for (path, heading) in [
+        (&["serve"][..], "### `serve`"),
+        (&["review"][..], "### `review`"),
+        (&["check"][..], "### `check`"),
+        (&["certs", "generate"][..], "### `certs generate`"),
+    ] {
+        let command = path.iter().fold(cli.clone(), |c, name| {
+            c.find_subcommand(name).expect("subcommand").clone()
+        });
+        let section = readme_section(heading);
+        // Table rows: flags in the first cell, the default in the second.
+        let rows: Vec<(Vec<&str>, &str)> = section
+            .lines()
+            .filter(|l| l.starts_with("| `--"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let flags = cells[1]
+                    .split(", ")
+                    .map(|f| f.trim_matches('`'))
+                    .filter(|f| f.starts_with("--"))
+                    .collect();
+                (flags, cells[2])
+            })
+            .collect();
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long().filter(|l| *l != "help") else {
+                continue;
+            };
+            let flag = format!("--{long}");
+            assert!(
+                section.contains(&format!("`{flag}")) || section.contains(&format!(" {flag} ")),
+                "README.md {heading} does not name {flag}"
+            );
+            let Some((_, cell)) = rows.iter().find(|(flags, _)| flags.contains(&flag.as_str()))
+            else {
+                assert!(heading != "### `serve`", "no row for serve {flag} in README.md");
+                continue;
+            };
+            let default: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            let want = match (default.as_slice(), arg.get_action()) {
+                ([], _) => continue,
+                (_, clap::ArgAction::SetTrue) => "off".to_owned(),
+                (values, _) => format!("`{}`", values.join(",")),
+            };
+            assert_eq!(*cell, want, "README.md {heading}: default of {flag}");
+            defaults_checked += 1;
+        }
+    }
+    assert!(defaults_checked >= 40, "only {defaults_checked} defaults checked");
+}
+
+#[test]
+fn readme_states_the_minimum_rust_version_of_cargo_toml() {
+    let manifest = read(&repo().join("Cargo.toml"));
+    let version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"'))
+        .expect("rust-version in Cargo.toml");
+    let readme = read(&repo().join("README.md"));
+    assert!(
+        readme.contains(&format!("Rust {version} or later")),
+        "README.md does not say Rust {version} or later"
+    );
+}
+
+/// What `.ci/run` runs, README.md says it runs.
+#[test]
+fn readme_names_every_step_of_ci_run() {
+    let script = read(&repo().join(".ci/run"));
+    let readme = read(&repo().join("README.md"));
+    let mut steps = 0;
+    for line in script.lines().map(str::trim) {
+        let named = if let Some(rest) = line.strip_prefix("bash ") {
+            rest.split_whitespace().next().unwrap_or_default().to_owned()
+        } else if line.starts_with("cargo fmt") {
+            "cargo fmt --check".to_owned()
+        } else if line.starts_with("cargo clippy") {
+            "clippy".to_owned()
+        } else if line.starts_with("cargo build --release") {
+            "cargo build --release".to_owned()
+        } else if line.starts_with("cargo test") {
+            "cargo test --locked".to_owned()
+        } else {
+            continue;
+        };
+        assert!(
+            readme.contains(&named),
+            "README.md does not mention {named:?}, which .ci/run runs"
+        );
+        steps += 1;
+    }
+    assert!(steps >= 6, "only {steps} steps read from .ci/run");
+}
