@@ -172,9 +172,22 @@ fn self_signed_names_come_from_the_new_variable_and_the_deprecated_one() {
     assert_eq!(self_signed_names(dir.path()), ["flag.example"]);
 }
 
+/// A `serve` process, killed on drop (also when an assertion fails first).
+struct Running {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `serve` with text logs (`--state`, `--self-signed` into a directory of the test), its
 /// stderr on `stderr`.
-fn serve_text_logs(stderr: Stdio, env: &[(&str, &str)]) -> (Child, tempfile::TempDir) {
+fn serve_text_logs(stderr: Stdio, env: &[(&str, &str)]) -> Running {
     let dir = tempfile::tempdir().expect("tempdir");
     let child = Command::new(BIN)
         .args([
@@ -197,7 +210,7 @@ fn serve_text_logs(stderr: Stdio, env: &[(&str, &str)]) -> (Child, tempfile::Tem
         .stderr(stderr)
         .spawn()
         .expect("binary starts");
-    (child, dir)
+    Running { child, _dir: dir }
 }
 
 /// Reads `from` on a thread until a chunk contains "webhook listening" or 20 s pass.
@@ -228,16 +241,11 @@ fn read_until_listening(from: impl Read + Send + 'static) -> String {
     panic!("the server did not log that it listens:\n{text}")
 }
 
-fn stop(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 #[test]
 fn logs_to_a_pipe_carry_no_colour() {
-    let (mut child, _dir) = serve_text_logs(Stdio::piped(), &[]);
-    let text = read_until_listening(child.stderr.take().expect("piped"));
-    stop(child);
+    let mut running = serve_text_logs(Stdio::piped(), &[]);
+    let text = read_until_listening(running.child.stderr.take().expect("piped"));
+    drop(running);
     assert!(text.contains("INFO"), "{text}");
     assert!(!text.contains('\x1b'), "escape codes in a pipe:\n{text:?}");
 }
@@ -273,9 +281,9 @@ fn logs_on_a_terminal_are_coloured_unless_no_color_is_set() {
         let (controller, terminal) = pty();
         let env: Vec<(&str, &str)> = no_color.map(|v| ("NO_COLOR", v)).into_iter().collect();
         // The child holds the terminal side; ours closes when the Stdio drops after spawn.
-        let (child, _dir) = serve_text_logs(Stdio::from(terminal), &env);
+        let running = serve_text_logs(Stdio::from(terminal), &env);
         let text = read_until_listening(controller);
-        stop(child);
+        drop(running);
         assert_eq!(
             text.contains("\x1b["),
             coloured,

@@ -314,9 +314,14 @@ fn readme_names_every_flag_of_each_command_with_its_default() {
                 section.contains(&format!("`{flag}")) || section.contains(&format!(" {flag} ")),
                 "README.md {heading} does not name {flag}"
             );
-            let Some((_, cell)) = rows.iter().find(|(flags, _)| flags.contains(&flag.as_str()))
+            let Some((_, cell)) = rows
+                .iter()
+                .find(|(flags, _)| flags.contains(&flag.as_str()))
             else {
-                assert!(heading != "### `serve`", "no row for serve {flag} in README.md");
+                assert!(
+                    heading != "### `serve`",
+                    "no row for serve {flag} in README.md"
+                );
                 continue;
             };
             let default: Vec<String> = arg
@@ -333,7 +338,10 @@ fn readme_names_every_flag_of_each_command_with_its_default() {
             defaults_checked += 1;
         }
     }
-    assert!(defaults_checked >= 40, "only {defaults_checked} defaults checked");
+    assert!(
+        defaults_checked >= 40,
+        "only {defaults_checked} defaults checked"
+    );
 }
 
 #[test]
@@ -359,7 +367,10 @@ fn readme_names_every_step_of_ci_run() {
     let mut steps = 0;
     for line in script.lines().map(str::trim) {
         let named = if let Some(rest) = line.strip_prefix("bash ") {
-            rest.split_whitespace().next().unwrap_or_default().to_owned()
+            rest.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
         } else if line.starts_with("cargo fmt") {
             "cargo fmt --check".to_owned()
         } else if line.starts_with("cargo clippy") {
