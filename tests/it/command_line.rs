@@ -50,14 +50,17 @@ fn flags(command: &clap::Command) -> Vec<(String, Option<String>)> {
 }
 
 /// The rule README.md states: every flag of `serve` has `STATEFUL_ADMISSION_<FLAG>`; `review`
-/// reads the same name for each flag it shares with `serve` and none for its own; `check` and
-/// `certs generate` read none.
+/// reads the same name for each flag it shares with `serve` and none for its own; `check`,
+/// `status` and `certs generate` read none.
 #[test]
 fn every_flag_s_environment_name_follows_the_rule() {
     let mut commands = Vec::new();
     subcommands(&Cli::command(), "", &mut commands);
     let names: Vec<&str> = commands.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["serve", "review", "certs generate", "check"]);
+    assert_eq!(
+        names,
+        ["serve", "review", "certs generate", "check", "status"]
+    );
     let serve_flags: Vec<String> = flags(&commands[0].1)
         .into_iter()
         .map(|(flag, _)| flag)
