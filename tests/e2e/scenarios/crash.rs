@@ -219,3 +219,133 @@ async fn uids(scope: &Scope, ns: &str) -> anyhow::Result<BTreeMap<String, Option
     );
     Ok(map)
 }
+
+pub fn apply_during_recreate() -> Scenario {
+    Scenario {
+        name: "server_side_apply_while_the_set_is_recreated",
+        cluster: Which::Default,
+        body: |scope| apply_during_recreate_body(scope).boxed(),
+    }
+}
+
+/// A GitOps tool applying while the set is deleted for its re-create (between our orphan delete
+/// and our create) creates the set itself: the apiserver turns a server-side apply of a missing
+/// object into a create. The controller must see that set as the user's, leave it as applied,
+/// and close its journal; pods and claims are kept and the next apply meets no conflict.
+async fn apply_during_recreate_body(scope: Scope) -> anyhow::Result<()> {
+    let s = scope.scenario;
+    let ns = scope.ns.clone();
+    let client = scope.client();
+    let cluster = scope.cluster();
+    let class = format!("{ns}-fast");
+    install::apply(
+        cluster,
+        vec![objects::storage_class(s, &class, true, json!({}))],
+    )?;
+    let _node = actors::start(&scope, vec![ns.clone()]);
+    let manifest = |size: &str| objects::statefulset(&ns, "db", 2, &class, size, json!({}));
+    let apply = |size: &str| {
+        cluster.kubectl(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&objects::manifest(&[manifest(size)])),
+        )
+    };
+    let _serve = scope.serve(ServeOptions::default()).await?;
+    apply("1Gi")?;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let journals: Api<ConfigMap> = Api::namespaced(client.clone(), install::NAMESPACE);
+    let journal_open = || async {
+        anyhow::Ok(
+            !journals
+                .list(&ListParams::default().labels("stateful-admission.io/journal"))
+                .await?
+                .items
+                .is_empty(),
+        )
+    };
+    eventually("2 ready replicas", Duration::from_secs(90), || async {
+        let ready = sets.get("db").await?.status.and_then(|s| s.ready_replicas);
+        anyhow::ensure!(ready == Some(2), "{ready:?} ready");
+        Ok(())
+    })
+    .await?;
+    let before = uids(&scope, &ns).await?;
+
+    step(
+        s,
+        "2Gi recorded; our create withheld, so the set stays deleted",
+    );
+    scope.install.revoke("apps", "statefulsets", "create")?;
+    apply("2Gi")?;
+    eventually(
+        "the set deleted for its re-create",
+        Duration::from_secs(60),
+        || async {
+            let gone = sets.get_opt("db").await?.is_none();
+            anyhow::ensure!(gone && journal_open().await?, "set gone: {gone}");
+            Ok(())
+        },
+    )
+    .await?;
+
+    step(
+        s,
+        "the GitOps tool applies meanwhile: the apiserver creates the set",
+    );
+    let out = apply("2Gi")?;
+    anyhow::ensure!(
+        out.stdout.contains("serverside-applied") || out.stdout.contains("created"),
+        "{}",
+        out.stdout
+    );
+    let theirs = sets.get("db").await?.metadata.uid;
+    scope.install.restore_access()?;
+    eventually(
+        "the journal closed without a second re-create",
+        Duration::from_secs(60),
+        || async {
+            anyhow::ensure!(!journal_open().await?, "a journal is still open");
+            Ok(())
+        },
+    )
+    .await?;
+    let set = sets.get("db").await?;
+    anyhow::ensure!(
+        set.metadata.uid == theirs,
+        "the set the user's apply created was replaced"
+    );
+    anyhow::ensure!(
+        objects::template_size(&set, 0).as_deref() == Some("2Gi"),
+        "the user's templates are not what they applied"
+    );
+    let owners = objects::template_owners(&set);
+    anyhow::ensure!(owners == ["kubectl"], "owners of the templates: {owners:?}");
+    eventually(
+        "pods adopted by the new set",
+        Duration::from_secs(60),
+        || async {
+            for pod in objects::pods_of(&client, &ns, "db").await? {
+                let owner = pod
+                    .metadata
+                    .owner_references
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|o| o.controller == Some(true));
+                anyhow::ensure!(
+                    owner.as_ref().map(|o| Some(o.uid.clone())) == Some(theirs.clone()),
+                    "{:?} owned by {owner:?}",
+                    pod.metadata.name
+                );
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    let now = uids(&scope, &ns).await?;
+    anyhow::ensure!(
+        now == before,
+        "pods or claims replaced: before {before:?}, after {now:?}"
+    );
+    apply("2Gi")?;
+    Ok(())
+}

@@ -18,6 +18,7 @@ pub fn all() -> Vec<Scenario> {
         denials::expansion_limits(),
         in_place::in_place_rollout(),
         crash::crash_at_every_step(),
+        crash::apply_during_recreate(),
         max_unavailable::gate_off_field(),
         max_unavailable::gate_off_annotation(),
         max_unavailable::gate_on(),
