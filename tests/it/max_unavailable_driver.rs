@@ -481,8 +481,12 @@ async fn the_gate_probe_tells_both_answers_and_stores_nothing() {
             "max_unavailable_gate_probes_total{{result=\"{}\"}} 1",
             want.as_str()
         );
+        // The probe is counted after the gate is recorded.
         assert!(
-            controller.metrics().contains(&result),
+            eventually(Duration::from_secs(10), || controller
+                .metrics()
+                .contains(&result))
+            .await,
             "{}",
             controller.metrics()
         );

@@ -246,8 +246,18 @@ async fn serve_limits_its_write_rate_but_not_the_lease() {
         "every classless claim gets the default class; server log:\n{}",
         served.logs().join("\n")
     );
-    // Let the last Events land.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The last Events land after the last patch, each waiting for the limit.
+    let limited_writes = |api: &FakeApiServer| {
+        api.write_records()
+            .iter()
+            .filter(|w| !w.target().starts_with("leases"))
+            .count()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || limited_writes(&api)
+            >= 2 * CLAIMS)
+        .await
+    );
     let records = api.write_records();
     let limited: Vec<Duration> = records
         .iter()

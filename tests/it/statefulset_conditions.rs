@@ -495,6 +495,8 @@ async fn no_writes_at_steady_state_over_500_sets() {
     .await;
     assert!(settled, "every set gets its conditions");
     let took = started.elapsed();
+    // The request log follows the store by a moment.
+    assert!(eventually(Duration::from_secs(5), || object_writes(&api).len() >= SETS).await);
     let first_pass = object_writes(&api).len();
     println!("{SETS} sets settled in {took:?} with {first_pass} writes");
     assert_eq!(first_pass, SETS, "one status write per set, no record");

@@ -51,28 +51,56 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The release binary: `cargo build --release` must have built it from this tree (the suite
 /// runs `serve` as shipped). `E2E_SERVE_BIN` names another.
+///
+/// Fresh means newer than every source it is built from (`src/`, `Cargo.toml`, `Cargo.lock`);
+/// the test executables are not a measure, since `cargo test` builds them after the release
+/// build that `.ci/run` and README.md run first.
 pub fn binary() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("E2E_SERVE_BIN") {
         return Ok(PathBuf::from(path));
     }
-    // The test binary's own build of the CLI tells which target directory is ours.
+    // The test executable's own build of the CLI tells which target directory is ours.
     let debug = Path::new(env!("CARGO_BIN_EXE_stateful-admission"));
     let release = debug
         .parent()
         .and_then(Path::parent)
         .map(|target| target.join("release/stateful-admission"))
         .context("no target directory")?;
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    match (modified(&release), modified(debug)) {
-        (Some(r), Some(d)) if r >= d => Ok(release),
-        (Some(_), _) => anyhow::bail!(
-            "{} is older than this test build: run `cargo build --release --locked` first",
-            release.display()
-        ),
-        (None, _) => anyhow::bail!(
+    let Ok(built) = std::fs::metadata(&release).and_then(|m| m.modified()) else {
+        anyhow::bail!(
             "{} is missing: run `cargo build --release --locked` first",
             release.display()
-        ),
+        );
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sources = [
+        root.join("src"),
+        root.join("Cargo.toml"),
+        root.join("Cargo.lock"),
+    ];
+    if let Some(newer) = sources.iter().find_map(|s| newer_than(s, built)) {
+        anyhow::bail!(
+            "{} is older than {}: run `cargo build --release --locked` first",
+            release.display(),
+            newer.display()
+        );
+    }
+    Ok(release)
+}
+
+/// A file at or under `path` modified after `time`.
+fn newer_than(path: &Path, time: std::time::SystemTime) -> Option<PathBuf> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.is_dir() {
+        std::fs::read_dir(path)
+            .ok()?
+            .flatten()
+            .find_map(|entry| newer_than(&entry.path(), time))
+    } else {
+        meta.modified()
+            .ok()
+            .filter(|m| *m > time)
+            .map(|_| path.to_owned())
     }
 }
 
