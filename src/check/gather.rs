@@ -1,6 +1,8 @@
 //! The thin shell of `check`: the API calls, and nothing to judge. Every request is a read,
 //! a server-side dry run (`dryRun=All`, never stored) or an access review.
 
+use std::sync::Arc;
+
 use axum::http;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -83,6 +85,7 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
         &release.fullname,
     )
     .await;
+    let served = served_at_urls([&mutating, &validating]).await;
     for (kind, config) in [("mutating", mutating), ("validating", validating)] {
         match config {
             Ok(config) => checks.push(judge::webhook_configuration(
@@ -90,6 +93,7 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
                 config.as_ref(),
                 release,
                 &cert,
+                &served,
                 path,
                 now,
             )),
@@ -178,6 +182,123 @@ where
 }
 
 /// `tls.crt` of the first of the release's certificate Secrets that exists.
+/// What each webhook URL of the configurations (`clientConfig.url`) serves: a TLS handshake
+/// as the apiserver makes, recording the chain for [`judge::webhook_configuration`] to verify.
+async fn served_at_urls(configs: [&Result<Option<Value>, String>; 2]) -> judge::Served {
+    let mut served = judge::Served::new();
+    let urls = configs
+        .into_iter()
+        .filter_map(|c| c.as_ref().ok().and_then(Option::as_ref))
+        .filter_map(|c| c.get("webhooks").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|w| w.pointer("/clientConfig/url").and_then(Value::as_str));
+    for url in urls {
+        let Ok((authority, host, _)) = judge::url_endpoint(url) else {
+            continue;
+        };
+        if !served.contains_key(&authority) {
+            let chain = served_chain(&authority, &host).await;
+            served.insert(authority, chain);
+        }
+    }
+    served
+}
+
+/// The certificate chain served at `authority` for `host` (DER, leaf first), unverified.
+async fn served_chain(authority: &str, host: &str) -> Result<Vec<Vec<u8>>, String> {
+    use rustls::pki_types::ServerName;
+    let recorder = Arc::new(ChainRecorder::default());
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .dangerous()
+    .with_custom_certificate_verifier(recorder.clone())
+    .with_no_client_auth();
+    let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+    let connect = async {
+        let tcp = tokio::net::TcpStream::connect(authority)
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS handshake failed: {e}"))
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(5), connect).await {
+        Err(_) => return Err("no answer within 5 s".to_owned()),
+        Ok(Err(why)) => return Err(why),
+        Ok(Ok(_)) => {}
+    }
+    let chain = recorder.chain.lock().map_err(|e| e.to_string())?.clone();
+    if chain.is_empty() {
+        return Err("no certificate served".to_owned());
+    }
+    Ok(chain)
+}
+
+/// A verifier that accepts any chain and keeps it (DER, leaf first), so that the verdict stays with the
+/// pure check (which verifies it against each webhook's own caBundle). The handshake's
+/// signatures are still checked, so the chain is the one the peer holds the key of.
+#[derive(Debug, Default)]
+struct ChainRecorder {
+    chain: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for ChainRecorder {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        if let Ok(mut chain) = self.chain.lock() {
+            *chain = std::iter::once(end_entity)
+                .chain(intermediates)
+                .map(|c| c.as_ref().to_vec())
+                .collect();
+        }
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &rustls::crypto::ring::default_provider().signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &rustls::crypto::ring::default_provider().signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        rustls::crypto::ring::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
 async fn serving_cert(client: &kube::Client, release: &Release) -> ServingCert {
     let api = Api::<Secret>::namespaced(client.clone(), &release.namespace);
     let mut why = Vec::new();

@@ -259,6 +259,116 @@ async fn a_wrong_ca_bundle_fails_and_the_webhook_is_not_reached() {
     assert!(!check(&install.api).await.failed());
 }
 
+/// Webhooks outside the cluster (`clientConfig.url`, as a development setup or an external
+/// endpoint has them) are verified by what the URL serves: its chain against each caBundle,
+/// for the URL's host, as the apiserver's client would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_urls_are_verified_by_the_certificate_they_serve() {
+    let install = install().await;
+    let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let certs = certs::generate(NAME, &names, 30, 10).expect("certificates");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let paths = certs.write(dir.path(), false).expect("write certificates");
+    let served = Served::start(&[
+        "--tls-cert",
+        paths.cert.to_str().expect("utf-8"),
+        "--tls-key",
+        paths.key.to_str().expect("utf-8"),
+        "--state",
+        fixture_path("../../examples/cluster.yaml")
+            .to_str()
+            .expect("utf-8"),
+    ]);
+    let base = served.url("");
+    let by_url = |kind: &str, bundle: &str, path: &str| {
+        let mut config = configuration(kind, bundle);
+        config["webhooks"][0]["clientConfig"] =
+            json!({"caBundle": bundle, "url": format!("{base}{path}")});
+        config
+    };
+    let statuses = |report: &Report| {
+        (
+            status_of(report, "mutating webhook configuration"),
+            status_of(report, "validating webhook configuration"),
+        )
+    };
+    let ours = b64(&certs.ca_cert_pem);
+    install.api.put_object(by_url("mutating", &ours, "/mutate"));
+    install
+        .api
+        .put_object(by_url("validating", &ours, "/validate"));
+    let report = check(&install.api).await;
+    assert_eq!(
+        statuses(&report),
+        (Status::Ok, Status::Ok),
+        "{}",
+        report.text()
+    );
+    let authority = base.trim_start_matches("https://");
+    assert!(
+        report.text().contains(&format!(
+            "caBundle verifies the certificate served at {authority}"
+        )),
+        "{}",
+        report.text()
+    );
+
+    // Another CA's bundle: the apiserver would refuse the certificate.
+    let other = b64(&generate().ca_cert_pem);
+    install
+        .api
+        .put_object(by_url("mutating", &other, "/mutate"));
+    let report = check(&install.api).await;
+    assert_eq!(
+        statuses(&report),
+        (Status::Failed, Status::Ok),
+        "{}",
+        report.text()
+    );
+    assert!(
+        report
+            .text()
+            .contains("does not verify the certificate served at"),
+        "{}",
+        report.text()
+    );
+
+    // A URL with the wrong path, or not https.
+    install
+        .api
+        .put_object(by_url("mutating", &ours, "/validate"));
+    let report = check(&install.api).await;
+    assert_eq!(statuses(&report).0, Status::Failed, "{}", report.text());
+    assert!(
+        report
+            .text()
+            .contains("path \"/validate\", expected \"/mutate\""),
+        "{}",
+        report.text()
+    );
+    let mut plain = by_url("mutating", &ours, "/mutate");
+    plain["webhooks"][0]["clientConfig"]["url"] = json!(format!("http://{authority}/mutate"));
+    install.api.put_object(plain);
+    let report = check(&install.api).await;
+    assert_eq!(statuses(&report).0, Status::Failed, "{}", report.text());
+    assert!(
+        report.text().contains("over https only"),
+        "{}",
+        report.text()
+    );
+
+    // Nothing listening: unverified, a warning unless a dry run showed the webhook answering.
+    drop(served);
+    install.api.put_object(by_url("mutating", &ours, "/mutate"));
+    let report = check(&install.api).await;
+    assert_eq!(statuses(&report).0, Status::Warning, "{}", report.text());
+    assert!(
+        report.text().contains("cannot connect"),
+        "{}",
+        report.text()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_secret_falls_back_to_the_dry_run() {
     let install = install().await;
