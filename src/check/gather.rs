@@ -129,7 +129,7 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
     };
     let answers = access_reviews(config, &user, &features.needs(release), &release.namespace).await;
     checks.push(judge::permissions(&user, &answers));
-    checks.push(judge::version(&version));
+    checks.push(judge::version(&version, &features));
     Report { checks }
 }
 

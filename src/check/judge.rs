@@ -818,7 +818,7 @@ pub fn permissions(service_account: &str, answers: &Result<Vec<(Access, bool)>, 
 }
 
 /// The apiserver's version and which proposals it implements natively there.
-pub fn version(git_version: &Result<String, String>) -> Check {
+pub fn version(git_version: &Result<String, String>, features: &Features) -> Check {
     let name = "kubernetes version";
     let hint = format!("see {}", runbook("which-of-our-features-to-turn-off-there"));
     let text = match git_version {
@@ -829,9 +829,17 @@ pub fn version(git_version: &Result<String, String>) -> Check {
         return Check::warning(name, format!("cannot read the version {text:?}"), hint);
     };
     let natives = versions::native(version);
+    // Ours is redundant only where the Deployment runs it.
+    let ours_on = |kep: &str| match kep {
+        "KEP-961" => features.max_unavailable,
+        "KEP-3333" => features.retroactive_default_class,
+        "KEP-2804" => features.conditions,
+        "KEP-284" => false,
+        _ => true,
+    };
     let redundant: Vec<String> = natives
         .iter()
-        .filter(|n| n.native && n.kep != "KEP-284")
+        .filter(|n| n.native && ours_on(n.kep))
         .map(|n| {
             format!(
                 "{} (gate {} on by default): ours is redundant: {}",
@@ -846,11 +854,25 @@ pub fn version(git_version: &Result<String, String>) -> Check {
         .filter(|n| !n.native)
         .map(|n| n.kep)
         .collect();
-    if redundant.is_empty() {
+    let turned_off: Vec<&str> = natives
+        .iter()
+        .filter(|n| n.native && n.kep != "KEP-284" && !ours_on(n.kep))
+        .map(|n| n.kep)
+        .collect();
+    if redundant.is_empty() && turned_off.is_empty() {
         Check::ok(
             name,
             format!(
                 "{text}: implements none of {} natively; all our features apply",
+                missing.join(", ")
+            ),
+        )
+    } else if redundant.is_empty() {
+        Check::ok(
+            name,
+            format!(
+                "{text}: implements {} natively, where our part is off; {} apply",
+                turned_off.join(", "),
                 missing.join(", ")
             ),
         )
@@ -936,13 +958,29 @@ mod tests {
 
     #[test]
     fn versions_name_the_redundant_features() {
-        let check = version(&Ok("v1.28.3-gke.100".to_owned()));
+        let version = |text: &str| version(&Ok(text.to_owned()), &Features::default());
+        let check = version("v1.28.3-gke.100");
         assert_eq!(check.status, super::super::Status::Warning);
         assert!(check.message.contains("KEP-3333"), "{}", check.message);
         assert!(!check.message.contains("KEP-961"), "{}", check.message);
-        let check = version(&Ok("v1.24.0".to_owned()));
+        let check = version("v1.24.0");
         assert_eq!(check.status, super::super::Status::Ok, "{}", check.message);
-        let check = version(&Ok("v1.35.2".to_owned()));
+        let check = version("v1.35.2");
         assert!(check.message.contains("KEP-961"), "{}", check.message);
+        // A Deployment that turned our part off where the version has it: nothing to do.
+        let off = Features::from_args(&["--retroactive-default-class=false".to_owned()]);
+        let check = super::version(&Ok("v1.32.0".to_owned()), &off);
+        assert_eq!(check.status, super::super::Status::Ok, "{}", check.message);
+        assert_eq!(
+            check.message,
+            "v1.32.0: implements KEP-3333 natively, where our part is off; KEP-4650, KEP-961, KEP-2804 apply"
+        );
+        let check = super::version(&Ok("v1.35.2".to_owned()), &off);
+        assert_eq!(check.status, super::super::Status::Warning);
+        assert!(
+            check.message.contains("KEP-961") && !check.message.contains("KEP-3333"),
+            "{}",
+            check.message
+        );
     }
 }
