@@ -1,9 +1,12 @@
 //! The scenarios, each asserting what a user sees.
 
 mod crash;
+mod defaults_conditions;
 mod denials;
 mod in_place;
 mod max_unavailable;
+mod operations;
+mod replicas;
 mod status_wait;
 mod template_edits;
 
@@ -24,5 +27,10 @@ pub fn all() -> Vec<Scenario> {
         max_unavailable::gate_on(),
         max_unavailable::volume_attributes_class(),
         status_wait::status_wait(),
+        replicas::leader_killed_mid_rollout(),
+        defaults_conditions::retroactive_default_class(),
+        defaults_conditions::conditions(),
+        operations::observe_mode(),
+        operations::check_install(),
     ]
 }

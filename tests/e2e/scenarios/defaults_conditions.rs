@@ -1,0 +1,315 @@
+//! The retroactive default class (KEP-3333) and StatefulSet conditions (KEP-2804) on a real
+//! cluster.
+//!
+//! - A claim made while its namespace's default class (`stateful-admission.io/default-storage-class`)
+//!   did not exist yet gets that class once it appears; the built-in PV controller of v1.32
+//!   assigns only a cluster default, so this is ours alone. A claim of a namespace without one
+//!   stays classless until a cluster default appears, then gets it.
+//! - `Available` and `Progressing` follow readiness: a scale-up whose new pod never becomes
+//!   ready exceeds the set's progress deadline (`ProgressDeadlineExceeded`, with a Warning
+//!   Event), and recovers once the pod is ready.
+
+use std::time::Duration;
+
+use futures::FutureExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::support::wait::step;
+use crate::support::{
+    Scenario, Scope, ServeOptions, USER, Which, actors, eventually, install, objects,
+};
+
+pub fn retroactive_default_class() -> Scenario {
+    Scenario {
+        name: "retroactive_default_class_namespace_then_cluster",
+        cluster: Which::Default,
+        body: |scope| default_class_body(scope).boxed(),
+    }
+}
+
+pub fn conditions() -> Scenario {
+    Scenario {
+        name: "conditions_follow_readiness_and_the_progress_deadline",
+        cluster: Which::Default,
+        body: |scope| conditions_body(scope).boxed(),
+    }
+}
+
+fn claim(ns: &str, name: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .expect("a claim")
+}
+
+fn class_of(claim: &PersistentVolumeClaim) -> Option<String> {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+}
+
+async fn default_class_body(scope: Scope) -> anyhow::Result<()> {
+    let s = scope.scenario;
+    let ns = scope.ns.clone();
+    let plain = scope.namespace("plain").await?;
+    let cluster = scope.cluster();
+    let client = scope.client();
+    let (team, cluster_default) = (format!("{ns}-team"), format!("{ns}-cluster"));
+    // A default left by another run would decide for both claims at once.
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let defaults: Vec<String> = classes
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|c| {
+            c.metadata.annotations.as_ref().is_some_and(|a| {
+                a.get("storageclass.kubernetes.io/is-default-class")
+                    .is_some_and(|v| v == "true")
+            })
+        })
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    anyhow::ensure!(
+        defaults.is_empty(),
+        "the cluster has a default class already: {defaults:?}"
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            &ns,
+            &PatchParams::apply(USER),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "annotations": {
+                    "stateful-admission.io/default-storage-class": team}}})),
+        )
+        .await?;
+    let _node = actors::start(&scope, vec![ns.clone(), plain.clone()]);
+    let serve = scope.serve(ServeOptions::default()).await?;
+
+    step(s, "classless claims while no default exists anywhere");
+    let in_ns: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let in_plain: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &plain);
+    let params = PostParams {
+        field_manager: Some(USER.into()),
+        ..PostParams::default()
+    };
+    in_ns.create(&params, &claim(&ns, "loose")).await?;
+    in_plain.create(&params, &claim(&plain, "loose")).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for api in [&in_ns, &in_plain] {
+        let found = class_of(&api.get("loose").await?);
+        anyhow::ensure!(found.is_none(), "a class with no default: {found:?}");
+    }
+
+    step(
+        s,
+        "the namespace's default class appears: its claim gets it",
+    );
+    install::apply(
+        cluster,
+        vec![objects::storage_class(s, &team, true, json!({}))],
+    )?;
+    eventually(
+        "the claim of the annotated namespace in its class",
+        Duration::from_secs(30),
+        || async {
+            let found = class_of(&in_ns.get("loose").await?);
+            anyhow::ensure!(found.as_deref() == Some(team.as_str()), "{found:?}");
+            Ok(())
+        },
+    )
+    .await?;
+    // Published once the assignment's answer is back, a moment after the claim shows it.
+    eventually(
+        "a DefaultStorageClassAssigned Event naming the class",
+        Duration::from_secs(10),
+        || async {
+            let assigned = objects::events(&client, &ns, "DefaultStorageClassAssigned").await?;
+            anyhow::ensure!(
+                assigned.len() == 1
+                    && assigned[0]
+                        .message
+                        .as_deref()
+                        .is_some_and(|m| m.contains(&team)),
+                "{assigned:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let found = class_of(&in_plain.get("loose").await?);
+    anyhow::ensure!(
+        found.is_none(),
+        "a class that is no default reached another namespace: {found:?}"
+    );
+
+    step(s, "a cluster default appears: the other claim gets it");
+    install::apply(
+        cluster,
+        vec![objects::storage_class(
+            s,
+            &cluster_default,
+            true,
+            json!({"metadata": {"annotations": {
+                "storageclass.kubernetes.io/is-default-class": "true"}}}),
+        )],
+    )?;
+    eventually(
+        "the claim of the plain namespace in the cluster default",
+        Duration::from_secs(60),
+        || async {
+            let found = class_of(&in_plain.get("loose").await?);
+            anyhow::ensure!(
+                found.as_deref() == Some(cluster_default.as_str()),
+                "{found:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let kept = class_of(&in_ns.get("loose").await?);
+    anyhow::ensure!(
+        kept.as_deref() == Some(team.as_str()),
+        "a class once set is never replaced: {kept:?}"
+    );
+    anyhow::ensure!(
+        serve
+            .metric("stateful_admission_retroactive_storageclass_total")
+            .await?
+            >= 1.0
+            && serve
+                .metric("stateful_admission_retroactive_storageclass_errors_total")
+                .await?
+                == 0.0,
+        "attempts counted, none failed:\n{}",
+        serve.metrics().await?
+    );
+    Ok(())
+}
+
+async fn conditions_body(scope: Scope) -> anyhow::Result<()> {
+    let s = scope.scenario;
+    let ns = scope.ns.clone();
+    let cluster = scope.cluster();
+    let class = format!("{ns}-fast");
+    install::apply(
+        cluster,
+        vec![objects::storage_class(s, &class, true, json!({}))],
+    )?;
+    let node = actors::start(&scope, vec![ns.clone()]);
+    let _serve = scope.serve(ServeOptions::default()).await?;
+    let manifest = |replicas: i32| {
+        objects::manifest(&[objects::statefulset(
+            &ns,
+            "db",
+            replicas,
+            &class,
+            "1Gi",
+            json!({"metadata": {"annotations": {
+                "stateful-admission.io/progress-deadline-seconds": "10"}}}),
+        )])
+    };
+    let apply = ["apply", "--server-side", "-f", "-"];
+    cluster.kubectl(&apply, Some(&manifest(2)))?;
+    let sets: Api<StatefulSet> = Api::namespaced(scope.client(), &ns);
+    let conditions = |want: [(&'static str, &'static str, &'static str); 2]| {
+        let sets = sets.clone();
+        async move {
+            let set = sets.get("db").await?;
+            for (type_, status, reason) in want {
+                let found = objects::condition(&set, type_);
+                anyhow::ensure!(
+                    found
+                        .as_ref()
+                        .is_some_and(|(st, r, _)| st == status && r == reason),
+                    "{type_}: {found:?}, expected {status} {reason}"
+                );
+            }
+            Ok(set)
+        }
+    };
+    eventually(
+        "Available and a completed rollout with 2 ready replicas",
+        Duration::from_secs(90),
+        || {
+            conditions([
+                ("Available", "True", "ReplicasAvailable"),
+                ("Progressing", "True", "RolloutComplete"),
+            ])
+        },
+    )
+    .await?;
+
+    step(s, "scale to 3; db-2 never becomes ready");
+    node.hold_unready(&ns, "db-2");
+    cluster.kubectl(&apply, Some(&manifest(3)))?;
+    eventually(
+        "unavailable, still progressing within the deadline",
+        Duration::from_secs(30),
+        || async {
+            let set = sets.get("db").await?;
+            let progressing = objects::condition(&set, "Progressing");
+            let available = objects::condition(&set, "Available");
+            anyhow::ensure!(
+                available
+                    .as_ref()
+                    .is_some_and(|(st, r, _)| st == "False" && r == "ReplicasUnavailable")
+                    && progressing.as_ref().is_some_and(|(st, _, _)| st == "True"),
+                "Available {available:?}, Progressing {progressing:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let exceeded = eventually(
+        "Progressing False past the 10 s deadline",
+        Duration::from_secs(40),
+        || {
+            conditions([
+                ("Available", "False", "ReplicasUnavailable"),
+                ("Progressing", "False", "ProgressDeadlineExceeded"),
+            ])
+        },
+    )
+    .await?;
+    let message = objects::condition(&exceeded, "Progressing")
+        .map(|(_, _, m)| m)
+        .unwrap_or_default();
+    anyhow::ensure!(
+        message.contains("10s") || message.contains("10 s") || message.contains("10 seconds"),
+        "the message names the deadline: {message:?}"
+    );
+    let warned = objects::events(&scope.client(), &ns, "ProgressDeadlineExceeded").await?;
+    anyhow::ensure!(
+        warned.len() == 1 && warned[0].type_.as_deref() == Some("Warning"),
+        "one Warning Event: {warned:?}"
+    );
+
+    step(
+        s,
+        "db-2 becomes ready: available, and the rollout completes",
+    );
+    node.release(&ns, "db-2");
+    eventually(
+        "Available and RolloutComplete with 3 ready replicas",
+        Duration::from_secs(60),
+        || {
+            conditions([
+                ("Available", "True", "ReplicasAvailable"),
+                ("Progressing", "True", "RolloutComplete"),
+            ])
+        },
+    )
+    .await?;
+    Ok(())
+}
