@@ -292,6 +292,8 @@ fn print(text: &str) {
 struct Tracker {
     followed: BTreeSet<Key>,
     absent: BTreeMap<Key, Timestamp>,
+    /// When the last report was judged.
+    judged_at: Option<Timestamp>,
 }
 
 impl Tracker {
@@ -299,6 +301,7 @@ impl Tracker {
         let mut tracker = Self {
             followed: BTreeSet::new(),
             absent: BTreeMap::new(),
+            judged_at: None,
         };
         if let (Some(namespace), Some(name)) = (&selection.namespace, &selection.name) {
             let key = (namespace.clone(), name.clone());
@@ -308,8 +311,9 @@ impl Tracker {
         tracker
     }
 
-    /// Notes which followed sets are there at `now`.
+    /// Notes which followed sets are there at `now`, for the report judged at `now`.
     fn note(&mut self, inputs: &model::Inputs, now: Timestamp) {
+        self.judged_at = Some(now);
         for key in &self.followed {
             if inputs.sets.objects.contains_key(key) {
                 self.absent.remove(key);
@@ -346,14 +350,30 @@ impl Tracker {
 
     /// When the first absent set's grace runs out (then it is judged not found).
     fn recheck_at(&self, grace: Duration) -> Option<Instant> {
-        let first = self.absent.values().min()?;
-        let left = first
-            .checked_add(grace)
-            .ok()?
-            .duration_since(Timestamp::now())
-            .unsigned_abs();
+        let left = recheck_in(
+            self.absent.values().copied(),
+            grace,
+            self.judged_at?,
+            Timestamp::now(),
+        )?;
         Some(Instant::now() + left + Duration::from_millis(10))
     }
+}
+
+/// How long until the first grace of sets absent since `since` runs out that the report
+/// judged at `judged` did not see run out: none left once it has passed (at once, not later),
+/// and nothing to wait for when every grace had run out by `judged` (each was judged then).
+fn recheck_in(
+    since: impl Iterator<Item = Timestamp>,
+    grace: Duration,
+    judged: Timestamp,
+    now: Timestamp,
+) -> Option<Duration> {
+    let end = since
+        .filter_map(|t| t.checked_add(grace).ok())
+        .filter(|end| *end > judged)
+        .min()?;
+    Some(Duration::try_from(now.duration_until(end)).unwrap_or(Duration::ZERO))
 }
 
 /// What is printed as reports come: once, redrawn on a terminal, or only what changed.
@@ -488,5 +508,26 @@ impl View {
             print(&format!("{}\n", Table::line(&row.cells, &widths)));
             self.rows.insert(row.key.clone(), now_cells);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::fixtures::at;
+
+    #[test]
+    fn an_absent_sets_grace_is_rechecked_when_it_runs_out_and_not_later() {
+        let grace = Duration::from_secs(30);
+        let recheck = |since: &[i64], judged: i64, now: i64| {
+            recheck_in(since.iter().map(|s| at(*s)), grace, at(judged), at(now))
+        };
+        // Running: the rest of it, for the first to run out.
+        assert_eq!(recheck(&[90, 100], 110, 110), Some(Duration::from_secs(10)));
+        // Run out after the last report (while it was being made): at once.
+        assert_eq!(recheck(&[100], 129, 131), Some(Duration::ZERO));
+        // Run out before the last report, which judged the set not found: nothing to wait for.
+        assert_eq!(recheck(&[100], 140, 150), None);
+        assert_eq!(recheck(&[], 140, 150), None);
     }
 }
