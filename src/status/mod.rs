@@ -434,13 +434,18 @@ impl View {
             }
             return;
         }
+        if report.items.is_empty() {
+            // On stderr in every mode, as kubectl's "No resources found": stdout is the view.
+            let text = render::nothing_found(self.namespace.as_deref());
+            if text != self.last {
+                eprint!("{text}");
+                self.last = text;
+            }
+            return;
+        }
         let text = self.text(report, now);
         if !self.follow {
-            if report.items.is_empty() {
-                eprint!("{}", render::nothing_found(self.namespace.as_deref()));
-            } else {
-                print(&text);
-            }
+            print(&text);
             return;
         }
         if self.redraw {
@@ -457,7 +462,6 @@ impl View {
     fn text(&self, report: &StatusReport, now: Timestamp) -> String {
         match (self.detail, report.items.first()) {
             (true, Some(set)) => render::detail(set, now, self.redraw),
-            _ if report.items.is_empty() => render::nothing_found(self.namespace.as_deref()),
             _ => render::table(report, self.table_options(), now).render(),
         }
     }

@@ -273,6 +273,10 @@ async fn the_views_read_the_cluster_and_write_nothing() {
         other.stderr,
         "No StatefulSets with a storage rollout found in empty namespace.\n"
     );
+    // Following, it says so on stderr too, once: stdout is the view.
+    let watched_empty = status(&config, &["-n", "empty", "--watch", "--timeout", "1s"]).await;
+    assert_eq!((watched_empty.code, watched_empty.stdout.as_str()), (0, ""));
+    assert_eq!(watched_empty.stderr, other.stderr);
 
     let missing = status(&config, &["nope"]).await;
     assert_eq!(missing.code, 2, "{}", missing.stdout);
