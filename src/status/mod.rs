@@ -221,7 +221,7 @@ pub async fn run(args: Args) -> u8 {
                 let now = Timestamp::now();
                 let mut report = model::build(&store.inputs, &selection, &tracker.followed(), now);
                 judge::judge_report(&mut report, now, grace);
-                for line in judge::timed_out(&report, timeout) {
+                for line in judge::timed_out(&report, timeout, selection.namespace.as_deref()) {
                     eprintln!("error: {line}");
                 }
                 return ERROR;
