@@ -128,7 +128,8 @@ pub async fn run(args: Args) -> u8 {
         None => Duration::ZERO,
     };
     let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
-    let mut feed = Feed::start(&client, &selection);
+    // Waiting for a rollout, a cluster that answers with errors for a while is waited for too.
+    let mut feed = Feed::start(&client, &selection, args.wait);
     let mut store = Store::default();
     let mut tracker = Tracker::new(&selection, Timestamp::now());
     let mut view = View::new(
@@ -212,7 +213,8 @@ pub async fn run(args: Args) -> u8 {
             () = sleep_until(recheck) => {}
             () = sleep_until(deadline) => {
                 if !store.synced() {
-                    eprintln!("error: timed out after {} before the cluster answered", render::duration(timeout));
+                    let why = store.retrying().map(|w| format!(" ({w})")).unwrap_or_default();
+                    eprintln!("error: timed out after {} before the cluster answered{why}", render::duration(timeout));
                     return ERROR;
                 }
                 if !args.wait {

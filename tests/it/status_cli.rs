@@ -479,6 +479,48 @@ async fn wait_with_nothing_selected_waits_for_a_set_and_times_out_naming_the_nam
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_retries_a_first_list_the_apiserver_failed_and_not_one_it_refused() {
+    let api = cluster(set("2Gi", None), "2Gi", "2Gi").await;
+    let config = kubeconfig(&api);
+    // An apiserver failing for a moment (during a control-plane upgrade, say): waited out.
+    api.fail_next("GET", "/namespaces/db/statefulsets", 500, 2);
+    let run = status(&config, &["--wait", "--timeout", "60s"]).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout
+            .contains("statefulset db/web: storage rollout complete"),
+        "{}",
+        run.stdout
+    );
+    // Failing throughout: the timeout says what failed, in one line.
+    api.fail_next("GET", "/namespaces/db/persistentvolumeclaims", 500, 1000);
+    let run = status(&config, &["--wait", "--timeout", "2s"]).await;
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stderr,
+        "error: timed out after 2s before the cluster answered (cannot list persistentvolumeclaims: injected failure (500 InternalError) (500))\n"
+    );
+    api.clear_faults();
+    // A refusal stays one: exit 2 at once, in one line.
+    api.fail_next("GET", "/namespaces/db/persistentvolumeclaims", 403, 1);
+    let run = status(&config, &["--wait", "--timeout", "60s"]).await;
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stderr,
+        "error: cannot list persistentvolumeclaims: injected failure (403 Forbidden) (403)\n"
+    );
+    // Without --wait a failure ends the run at once, as kubectl's does.
+    api.fail_next("GET", "/namespaces/db/statefulsets", 500, 1);
+    let run = status(&config, &[]).await;
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stderr,
+        "error: cannot list statefulsets: injected failure (500 InternalError) (500)\n"
+    );
+    only_reads(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_journals_are_said_and_judged_without() {
     let api = cluster(set("1Gi", Some("2Gi")), "1Gi", "1Gi").await;
     // A developer who may not read the controller's namespace.
