@@ -368,15 +368,14 @@ pub fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
         .and_then(|t| t.parse().ok())
         .map(|t| format!(" (recorded {} ago)", age(t, now)))
         .unwrap_or_default();
-    field(
-        &mut out,
-        "Change",
-        if change.is_empty() {
-            format!("none recorded{recorded}")
-        } else {
-            format!("{change}{recorded}")
-        },
-    );
+    // Nothing recorded now, with an age: the change was recorded and the live object carries
+    // it (the age is only there while its claims or its convergence are still under way).
+    let change = match (change.is_empty(), recorded.is_empty()) {
+        (false, _) => format!("{change}{recorded}"),
+        (true, false) => format!("applied{recorded}"),
+        (true, true) => "none recorded".to_owned(),
+    };
+    field(&mut out, "Change", change);
     if let Some(why) = &set.desired_templates_error {
         field(&mut out, "Refused", why.clone());
     }
@@ -773,7 +772,7 @@ web    Progressing   InPlace    -                  1/3 (1 updating, 1 pending)  
 StatefulSet:    db/web
 State:          Progressing: 1 of 3 claims compatible; data-web-0 to be patched (storage 1Gi -> 2Gi), data-web-2 updating (Resizing)
 Policy:         InPlace; updateStrategy RollingUpdate, partition 0, replicas 3
-Change:         none recorded (recorded 8m20s ago)
+Change:         applied (recorded 8m20s ago)
 Convergence:    done
 MaxUnavailable: 2 (annotation), budget 2, 1 unavailable, 1 updated; last batch 30s ago: Deleted pods web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
 Claims:         1/3 (1 updating, 1 pending)
@@ -792,6 +791,43 @@ Events:
   Normal   MaxUnavailableBatch   30s   StatefulSet/web   Deleted pods web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
 "
         );
+    }
+
+    #[test]
+    fn the_change_line_says_what_is_recorded_or_that_it_was_applied() {
+        let change_line = |objects: &[Value]| -> String {
+            let report = report_of(&inputs(objects), Some("web"), &[]);
+            detail(&report.items[0], at(NOW), false)
+                .lines()
+                .find(|l| l.starts_with("Change:"))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let mut recorded = vec![
+            set("web", "1Gi", Some("2Gi"), Some("InPlace")),
+            class("fast", true),
+        ];
+        recorded.extend(claims("web", "1Gi", "1Gi"));
+        assert_eq!(
+            change_line(&recorded),
+            "Change:         data: 1Gi -> 2Gi (recorded 8m20s ago)"
+        );
+        // Re-created with it, claims still to follow: applied, since then.
+        let mut applied = vec![
+            set("web", "2Gi", None, Some("InPlace")),
+            class("fast", true),
+        ];
+        applied.extend(claims("web", "1Gi", "1Gi"));
+        assert_eq!(
+            change_line(&applied),
+            "Change:         applied (recorded 8m20s ago)"
+        );
+        let mut settled = vec![
+            set("web", "2Gi", None, Some("InPlace")),
+            class("fast", true),
+        ];
+        settled.extend(claims("web", "2Gi", "2Gi"));
+        assert_eq!(change_line(&settled), "Change:         none recorded");
     }
 
     #[test]
