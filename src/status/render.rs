@@ -7,8 +7,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::model::{
-    ClaimCounts, ClaimState, ClaimStatus, Condition, ConvergencePhase, Key, Outcome, Presence,
-    SetStatus, StatusReport, TemplateChange,
+    ClaimCounts, ClaimState, ClaimStatus, Condition, ConvergencePhase, FromTo, Key, Outcome,
+    Presence, SetStatus, StatusReport, TemplateChange,
 };
 
 /// How the table is drawn.
@@ -130,7 +130,11 @@ fn cells(set: &SetStatus, options: TableOptions, now: Timestamp) -> Vec<String> 
     } else {
         "-".to_owned()
     });
-    cells.push(or_dash(change_text(&set.changes)));
+    let mut change = change_text(&set.changes);
+    if change.is_empty() {
+        change = change_text(&following(set));
+    }
+    cells.push(or_dash(change));
     cells.push(if present {
         claims_text(&set.claims)
     } else {
@@ -222,6 +226,72 @@ pub fn change_text(changes: &[TemplateChange]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// What claims are still being moved to, per template, where no change is recorded (the set
+/// was re-created with it): the template's size and class (as the live templates carry them)
+/// against the claims' sizes and classes, those of every claim the controller is patching or
+/// will patch. Claims held back, incompatible or still provisioning are not moving.
+pub fn following(set: &SetStatus) -> Vec<TemplateChange> {
+    use crate::quantity::Quantity;
+    let smaller = |have: &str, want: &str| match (Quantity::parse(have), Quantity::parse(want)) {
+        (Ok(have), Ok(want)) => have < want,
+        _ => have != want,
+    };
+    let add = |slot: &mut Option<FromTo>, from: String, to: &str| {
+        let entry = slot.get_or_insert_with(|| FromTo {
+            from: None,
+            to: Some(to.to_owned()),
+        });
+        match &mut entry.from {
+            Some(all) if !all.split(", ").any(|f| f == from) => {
+                all.push_str(&format!(", {from}"));
+            }
+            Some(_) => {}
+            None => entry.from = Some(from),
+        }
+    };
+    let mut out: Vec<TemplateChange> = Vec::new();
+    let moving = set.claim_list.iter().filter(|c| {
+        matches!(
+            c.state,
+            ClaimState::Pending | ClaimState::Updating | ClaimState::Waiting | ClaimState::Failed
+        )
+    });
+    for c in moving {
+        let at = match out.iter().position(|t| t.template == c.template) {
+            Some(at) => at,
+            None => {
+                out.push(TemplateChange {
+                    template: c.template.clone(),
+                    storage: None,
+                    volume_attributes_class_name: None,
+                    labels: false,
+                    annotations: false,
+                });
+                out.len() - 1
+            }
+        };
+        let change = &mut out[at];
+        // Where the volume is: its capacity, else (not bound yet) what it asks for.
+        if let (Some(size), Some(target)) = (c.capacity.as_ref().or(c.request.as_ref()), &c.target)
+            && smaller(size, target)
+        {
+            add(&mut change.storage, size.clone(), target);
+        }
+        if let Some(target) = &c.target_volume_attributes_class {
+            let current = c
+                .current_volume_attributes_class
+                .as_ref()
+                .or(c.volume_attributes_class.as_ref());
+            if current != Some(target) {
+                let from = current.cloned().unwrap_or_else(|| "unset".to_owned());
+                add(&mut change.volume_attributes_class_name, from, target);
+            }
+        }
+    }
+    out.retain(|c| c.storage.is_some() || c.volume_attributes_class_name.is_some());
+    out
 }
 
 /// `2/3 (1 updating, 1 over-sized)`: compatible of existing claims, then what else there is.
@@ -370,10 +440,12 @@ pub fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
         .unwrap_or_default();
     // Nothing recorded now, with an age: the change was recorded and the live object carries
     // it (the age is only there while its claims or its convergence are still under way).
-    let change = match (change.is_empty(), recorded.is_empty()) {
-        (false, _) => format!("{change}{recorded}"),
-        (true, false) => format!("applied{recorded}"),
-        (true, true) => "none recorded".to_owned(),
+    let moving = change_text(&following(set));
+    let change = match (change.is_empty(), moving.is_empty(), recorded.is_empty()) {
+        (false, _, _) => format!("{change}{recorded}"),
+        (true, false, _) => format!("applied; claims following: {moving}{recorded}"),
+        (true, true, false) => format!("applied{recorded}"),
+        (true, true, true) => "none recorded".to_owned(),
     };
     field(&mut out, "Change", change);
     if let Some(why) = &set.desired_templates_error {
@@ -716,7 +788,7 @@ mod tests {
             "\
 NAME   STATE         POLICY     CHANGE             CLAIMS                        CONVERGENCE   MAXUNAVAILABLE      AVAILABLE                   PROGRESSING                 AGE
 logs   Progressing   OnDelete   data: 1Gi -> 4Gi   0/0 (3 missing)               pending       -                   True/ReplicasAvailable      True/RolloutComplete        8m20s
-web    Progressing   InPlace    -                  1/3 (1 updating, 1 pending)   done          2 (1 unavailable)   False/ReplicasUnavailable   True/UpdatingVolumeClaims   8m20s
+web    Progressing   InPlace    data: 1Gi -> 2Gi   1/3 (1 updating, 1 pending)   done          2 (1 unavailable)   False/ReplicasUnavailable   True/UpdatingVolumeClaims   8m20s
 "
         );
     }
@@ -772,7 +844,7 @@ web    Progressing   InPlace    -                  1/3 (1 updating, 1 pending)  
 StatefulSet:    db/web
 State:          Progressing: 1 of 3 claims compatible; data-web-0 to be patched (storage 1Gi -> 2Gi), data-web-2 updating (Resizing)
 Policy:         InPlace; updateStrategy RollingUpdate, partition 0, replicas 3
-Change:         applied (recorded 8m20s ago)
+Change:         applied; claims following: data: 1Gi -> 2Gi (recorded 8m20s ago)
 Convergence:    done
 MaxUnavailable: 2 (annotation), budget 2, 1 unavailable, 1 updated; last batch 30s ago: Deleted pods web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
 Claims:         1/3 (1 updating, 1 pending)
@@ -812,7 +884,8 @@ Events:
             change_line(&recorded),
             "Change:         data: 1Gi -> 2Gi (recorded 8m20s ago)"
         );
-        // Re-created with it, claims still to follow: applied, since then.
+        // Re-created with it, claims still to follow: applied, since then, and what they
+        // are being moved to.
         let mut applied = vec![
             set("web", "2Gi", None, Some("InPlace")),
             class("fast", true),
@@ -820,6 +893,29 @@ Events:
         applied.extend(claims("web", "1Gi", "1Gi"));
         assert_eq!(
             change_line(&applied),
+            "Change:         applied; claims following: data: 1Gi -> 2Gi (recorded 8m20s ago)"
+        );
+        // Claims at different sizes: each, once; those done are not moving.
+        let mixed = [
+            set("web", "2Gi", None, Some("InPlace")),
+            class("fast", true),
+            claim("web", 0, "1Gi", "1Gi"),
+            claim("web", 1, "1536Mi", "1536Mi"),
+            claim("web", 2, "2Gi", "1Gi"),
+        ];
+        assert_eq!(
+            change_text(&following(&report(&mixed).items[0])),
+            "data: 1Gi, 1536Mi -> 2Gi"
+        );
+        // Its journal finishing, nothing left to move: applied.
+        let mut finishing = vec![
+            set("web", "2Gi", None, Some("InPlace")),
+            class("fast", true),
+            journal(&set("web", "1Gi", Some("2Gi"), Some("InPlace")), "deleting"),
+        ];
+        finishing.extend(claims("web", "2Gi", "2Gi"));
+        assert_eq!(
+            change_line(&finishing),
             "Change:         applied (recorded 8m20s ago)"
         );
         let mut settled = vec![
