@@ -7,8 +7,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::model::{
-    ClaimCounts, ClaimState, ClaimStatus, Condition, ConvergencePhase, FromTo, Key, Outcome,
-    Presence, SetStatus, StatusReport, TemplateChange,
+    ClaimCounts, ClaimState, ClaimStatus, Condition, ConvergencePhase, FromTo, Key, MaxUnavailable,
+    Outcome, Presence, SetStatus, StatusReport, TemplateChange,
 };
 
 /// How the table is drawn.
@@ -141,10 +141,11 @@ fn cells(set: &SetStatus, options: TableOptions, now: Timestamp) -> Vec<String> 
         "-".to_owned()
     });
     cells.push(set.convergence.phase.as_str().to_owned());
-    cells.push(set.max_unavailable.as_ref().map_or_else(
-        || "-".to_owned(),
-        |m| format!("{} ({} unavailable)", m.budget, m.unavailable),
-    ));
+    cells.push(
+        set.max_unavailable
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), budget_text),
+    );
     cells.push(condition_cell(&set.conditions, "Available"));
     cells.push(condition_cell(&set.conditions, "Progressing"));
     cells.push(
@@ -178,6 +179,16 @@ fn cells(set: &SetStatus, options: TableOptions, now: Timestamp) -> Vec<String> 
         });
     }
     cells
+}
+
+/// `1/2 (batch 2)`: the unavailable replicas (those being updated, and any down otherwise) of
+/// the budget, then the pods the controller deleted in its batch of the update in progress.
+fn budget_text(m: &MaxUnavailable) -> String {
+    let mut text = format!("{}/{}", m.unavailable, m.budget);
+    if let Some(batch) = m.batch {
+        text.push_str(&format!(" (batch {batch})"));
+    }
+    text
 }
 
 pub fn outcome(o: Outcome) -> &'static str {
@@ -464,6 +475,9 @@ pub fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
             "{} ({}), budget {}, {} unavailable, {} updated",
             m.value, m.source, m.budget, m.unavailable, m.updated_replicas
         );
+        if let Some(batch) = m.batch {
+            text.push_str(&format!(", {batch} in this update's last batch"));
+        }
         if let (Some(note), Some(t)) = (&m.last_batch, &m.last_batch_time) {
             let when = t.parse().map(|t| age(t, now)).unwrap_or_default();
             text.push_str(&format!("; last batch {when} ago: {note}"));
@@ -755,7 +769,7 @@ mod tests {
                 "StatefulSet",
                 "web",
                 "uid-web",
-                "Deleted pods web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)",
+                "Deleted web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)",
                 570,
             ),
             event(
@@ -786,9 +800,9 @@ mod tests {
         assert_eq!(
             text,
             "\
-NAME   STATE         POLICY     CHANGE             CLAIMS                        CONVERGENCE   MAXUNAVAILABLE      AVAILABLE                   PROGRESSING                 AGE
-logs   Progressing   OnDelete   data: 1Gi -> 4Gi   0/0 (3 missing)               pending       -                   True/ReplicasAvailable      True/RolloutComplete        8m20s
-web    Progressing   InPlace    data: 1Gi -> 2Gi   1/3 (1 updating, 1 pending)   done          2 (1 unavailable)   False/ReplicasUnavailable   True/UpdatingVolumeClaims   8m20s
+NAME   STATE         POLICY     CHANGE             CLAIMS                        CONVERGENCE   MAXUNAVAILABLE   AVAILABLE                   PROGRESSING                 AGE
+logs   Progressing   OnDelete   data: 1Gi -> 4Gi   0/0 (3 missing)               pending       -                True/ReplicasAvailable      True/RolloutComplete        8m20s
+web    Progressing   InPlace    data: 1Gi -> 2Gi   1/3 (1 updating, 1 pending)   done          1/2 (batch 2)    False/ReplicasUnavailable   True/UpdatingVolumeClaims   8m20s
 "
         );
     }
@@ -846,7 +860,7 @@ State:          Progressing: 1 of 3 claims compatible; data-web-0 to be patched 
 Policy:         InPlace; updateStrategy RollingUpdate, partition 0, replicas 3
 Change:         applied; claims following: data: 1Gi -> 2Gi (recorded 8m20s ago)
 Convergence:    done
-MaxUnavailable: 2 (annotation), budget 2, 1 unavailable, 1 updated; last batch 30s ago: Deleted pods web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
+MaxUnavailable: 2 (annotation), budget 2, 1 unavailable, 1 updated, 2 in this update's last batch; last batch 30s ago: Deleted web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
 Claims:         1/3 (1 updating, 1 pending)
 Conditions:
   Type          Status   Reason                 Age     Message
@@ -860,7 +874,7 @@ Volume claims:
 Events:
   Type     Reason                Age   Object            Message
   Normal   VolumeClaimPatched    40s   StatefulSet/web   patched claim data-web-2 to template \"data\": storage 1Gi -> 2Gi
-  Normal   MaxUnavailableBatch   30s   StatefulSet/web   Deleted pods web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
+  Normal   MaxUnavailableBatch   30s   StatefulSet/web   Deleted web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
 "
         );
     }
@@ -992,6 +1006,7 @@ Events:
             "held": 0, "waiting": 0, "provisioning": 0, "incompatible": 0, "failed": 0, "overSized": 0, "missing": 0})
         );
         assert_eq!(web["maxUnavailable"]["budget"], 2);
+        assert_eq!(web["maxUnavailable"]["batch"], 2);
         assert_eq!(
             web["claimList"][2]["conditions"],
             json!([{"type": "Resizing", "status": "True"}])
@@ -1160,6 +1175,7 @@ mod documented {
             unavailable: 0,
             updated_replicas: 0,
             rolling_out: false,
+            batch: Some(1),
             last_batch: Some("x".into()),
             last_batch_time: Some(time(0)),
         });
