@@ -420,11 +420,7 @@ pub fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
         "StatefulSet",
         format!("{}/{}", set.namespace, set.name),
     );
-    field(
-        &mut out,
-        "State",
-        format!("{}: {}", outcome(set.verdict.result), set.verdict.message),
-    );
+    field(&mut out, "State", state_text(set));
     if set.presence != Presence::Present {
         field(
             &mut out,
@@ -547,6 +543,16 @@ pub fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
         out.push_str(&indent(&table.render()));
     }
     with_events(out, set, now)
+}
+
+/// `Progressing (UpdatingClaims): 1 of 3 claims compatible; …`: the verdict, its reason (as
+/// `-o json` gives it, and the runbooks name it) and why.
+fn state_text(set: &SetStatus) -> String {
+    let v = &set.verdict;
+    match v.reason.as_str() {
+        "" => format!("{}: {}", outcome(v.result), v.message),
+        reason => format!("{} ({reason}): {}", outcome(v.result), v.message),
+    }
 }
 
 /// `Name:` padded to the value column.
@@ -856,7 +862,7 @@ web    Progressing   InPlace    data: 1Gi -> 2Gi   1/3 (1 updating, 1 pending)  
             text,
             "\
 StatefulSet:    db/web
-State:          Progressing: 1 of 3 claims compatible; data-web-0 to be patched (storage 1Gi -> 2Gi), data-web-2 updating (Resizing)
+State:          Progressing (UpdatingClaims): 1 of 3 claims compatible; data-web-0 to be patched (storage 1Gi -> 2Gi), data-web-2 updating (Resizing)
 Policy:         InPlace; updateStrategy RollingUpdate, partition 0, replicas 3
 Change:         applied; claims following: data: 1Gi -> 2Gi (recorded 8m20s ago)
 Convergence:    done
@@ -972,7 +978,7 @@ Events:
             &[],
         );
         let text = detail(&report.items[0], at(NOW), false);
-        assert!(text.contains("State:          Failed: claim data-web-0: modifyVolumeStatus: Infeasible (to faster)"), "{text}");
+        assert!(text.contains("State:          Failed (ClaimResizeFailed): claim data-web-0: modifyVolumeStatus: Infeasible (to faster)"), "{text}");
         assert!(
             text.contains("  data-web-0   Failed    2Gi       2Gi        2Gi      fast (faster)/faster   modifyVolumeStatus: Infeasible (to faster)\n"),
             "{text}"

@@ -254,7 +254,7 @@ async fn the_views_read_the_cluster_and_write_nothing() {
     assert_eq!(detail.code, 0, "{}", detail.stderr);
     for part in [
         "StatefulSet:    db/web",
-        "State:          Progressing: change recorded (data: 1Gi -> 2Gi)",
+        "State:          Progressing (ChangeRecorded): change recorded (data: 1Gi -> 2Gi)",
         "data-web-2   Pending   1Gi       1Gi        2Gi",
         "Normal   VolumeClaimPatched",
     ] {
@@ -602,7 +602,7 @@ async fn the_kubectl_plugin_name_works_and_usage_errors_exit_2() {
     );
     assert!(
         String::from_utf8_lossy(&out.stdout)
-            .contains("State:          Done: storage rollout complete")
+            .contains("State:          Done (RolloutComplete): storage rollout complete")
     );
     let help = plugin_run(vec!["status", "--help"]).await.expect("run");
     let help = String::from_utf8_lossy(&help.stdout).into_owned();
