@@ -34,7 +34,9 @@ fn main() -> ExitCode {
 }
 
 fn status(args: stateful_admission::status::Args) -> ExitCode {
-    telemetry::init(LogFormat::Text, "error");
+    // Every outcome is said in a line of its own; the client's error lines (one per 5xx or
+    // connection failure, while --wait retries) would only repeat them. RUST_LOG turns them on.
+    telemetry::init(LogFormat::Text, "off");
     match tokio::runtime::Runtime::new() {
         Ok(runtime) => ExitCode::from(runtime.block_on(stateful_admission::status::run(args))),
         Err(error) => {

@@ -7,7 +7,9 @@
 //! controller's namespace, Events of ours (`reportingController=stateful-admission`), and
 //! StorageClasses. Sets and claims must be readable; the others are optional: when their first
 //! list is refused, that source is marked unreadable (the model then judges without it) and its
-//! watch ends. Objects are trimmed on arrival to what the model reads.
+//! watch ends. With `--wait` a first list of sets or claims that failed for a while (5xx, 429,
+//! the apiserver not reached) is tried again until the timeout; a refusal ends the run. Objects
+//! are trimmed on arrival to what the model reads.
 
 use futures::StreamExt;
 use futures::stream::{BoxStream, SelectAll};
@@ -84,7 +86,8 @@ pub enum Update {
     Event(Kind, Box<watcher::Event<Object>>),
     /// The first list failed: the source cannot be read (its watch has ended).
     Failed(Kind, String),
-    /// A later error; the watch retries with backoff and relists.
+    /// A later error, or a transient one on the first list where that is retried; the watch
+    /// retries with backoff and relists.
     Retrying(Kind, String),
 }
 
@@ -94,8 +97,9 @@ pub struct Feed {
 }
 
 impl Feed {
-    /// Starts the watches for `selection`.
-    pub fn start(client: &Client, selection: &Selection) -> Self {
+    /// Starts the watches for `selection`; `retry_first_list`: a transient failure of the
+    /// first list of sets or claims is retried rather than the end of the run.
+    pub fn start(client: &Client, selection: &Selection, retry_first_list: bool) -> Self {
         let scoped = |client: &Client| -> (
             Api<StatefulSet>,
             Api<PersistentVolumeClaim>,
@@ -126,6 +130,7 @@ impl Feed {
         let mut streams = SelectAll::new();
         streams.push(source(
             Kind::Sets,
+            retry_first_list,
             sets,
             set_config,
             |mut s: StatefulSet| {
@@ -135,6 +140,7 @@ impl Feed {
         ));
         streams.push(source(
             Kind::Claims,
+            retry_first_list,
             claims,
             config(),
             |mut c: PersistentVolumeClaim| {
@@ -144,12 +150,14 @@ impl Feed {
         ));
         streams.push(source(
             Kind::Pods,
+            retry_first_list,
             pods,
             config().labels(names::POD_NAME_LABEL),
             |p: Pod| Object::Pod(trim_pod(p)),
         ));
         streams.push(source(
             Kind::Journals,
+            retry_first_list,
             Api::namespaced(client.clone(), &selection.controller_namespace),
             config().labels(names::JOURNAL_LABEL),
             |mut j: ConfigMap| {
@@ -159,6 +167,7 @@ impl Feed {
         ));
         streams.push(source(
             Kind::Events,
+            retry_first_list,
             events,
             config().fields(&format!("reportingController={}", names::CONTROLLER_NAME)),
             |mut e: Event| {
@@ -168,6 +177,7 @@ impl Feed {
         ));
         streams.push(source(
             Kind::Classes,
+            retry_first_list,
             Api::all(client.clone()),
             config(),
             |mut c: StorageClass| {
@@ -184,9 +194,11 @@ impl Feed {
     }
 }
 
-/// A watch of one kind, its objects lifted into [`Object`]. Ends after a failed first list.
+/// A watch of one kind, its objects lifted into [`Object`]. Ends after a failed first list,
+/// unless the kind is required, `retry_first_list` is set and the failure is transient.
 fn source<K>(
     kind: Kind,
+    retry_first_list: bool,
     api: Api<K>,
     config: watcher::Config,
     lift: fn(K) -> Object,
@@ -200,6 +212,9 @@ where
         Synced,
         Ended,
     }
+    let retry = retry_first_list && kind.required();
+    // kube's backoff starts at 0.8 s; each list attempt opens with `Init`, which resets it, so
+    // a failing first list is tried again about every second.
     watcher(api, config)
         .default_backoff()
         .scan(Phase::Listing, move |phase, item| {
@@ -210,6 +225,9 @@ where
                         *phase = Phase::Synced;
                     }
                     Some(Update::Event(kind, Box::new(lift_event(event, lift))))
+                }
+                (Err(error), Phase::Listing) if retry && transient(&error) => {
+                    Some(Update::Retrying(kind, describe(&error)))
                 }
                 (Err(error), Phase::Listing) => {
                     *phase = Phase::Ended;
@@ -229,6 +247,24 @@ fn lift_event<K>(event: watcher::Event<K>, lift: fn(K) -> Object) -> watcher::Ev
         watcher::Event::Init => watcher::Event::Init,
         watcher::Event::InitApply(o) => watcher::Event::InitApply(lift(o)),
         watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// Whether a failed request may succeed when sent again: the apiserver failing or
+/// overloaded (5xx, 429, as client-go's retries count them) or not reached. A refusal (401,
+/// 403), a resource it does not serve (404) or a request it cannot take stays as it is.
+fn transient(error: &watcher::Error) -> bool {
+    let transient_code = |code: u16| code == 429 || code >= 500;
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => match e {
+            kube::Error::Api(status) => transient_code(status.code),
+            kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+            _ => false,
+        },
+        watcher::Error::WatchError(status) => transient_code(status.code),
+        watcher::Error::NoResourceVersion => false,
     }
 }
 
@@ -278,6 +314,8 @@ pub struct Store {
     listed: [bool; 6],
     /// Objects of a relist in progress, by kind (swapped in when it completes).
     relist: [Option<Vec<Object>>; 6],
+    /// Why the last attempt at a first list failed, while it is retried.
+    retrying: Option<String>,
 }
 
 /// How an update left the store.
@@ -297,6 +335,11 @@ impl Store {
         self.listed.iter().all(|l| *l)
     }
 
+    /// Why a first list still retried failed last, if one is.
+    pub fn retrying(&self) -> Option<&str> {
+        self.retrying.as_deref()
+    }
+
     pub fn apply(&mut self, update: Update) -> Applied {
         match update {
             Update::Failed(kind, why) => {
@@ -307,7 +350,12 @@ impl Store {
                 self.clear(kind, Some(why));
                 Applied::Changed
             }
-            Update::Retrying(..) => Applied::Unchanged,
+            Update::Retrying(kind, why) => {
+                if !self.listed[kind.index()] {
+                    self.retrying = Some(format!("cannot list {}: {why}", kind.resource()));
+                }
+                Applied::Unchanged
+            }
             Update::Event(kind, event) => match *event {
                 watcher::Event::Init => {
                     self.relist[kind.index()] = Some(Vec::new());
@@ -326,6 +374,12 @@ impl Store {
                         self.put(object);
                     }
                     self.listed[kind.index()] = true;
+                    if Kind::ALL
+                        .iter()
+                        .all(|k| !k.required() || self.listed[k.index()])
+                    {
+                        self.retrying = None;
+                    }
                     Applied::Changed
                 }
                 watcher::Event::Apply(object) => {
@@ -390,4 +444,59 @@ fn key<K: Resource>(o: &K) -> Key {
 
 fn insert<K: Resource>(source: &mut Source<K>, o: K) {
     source.objects.insert(key(&o), o);
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::Status;
+
+    use super::*;
+
+    fn list_failed(code: u16) -> watcher::Error {
+        watcher::Error::InitialListFailed(kube::Error::Api(
+            Status::failure("injected", "x").with_code(code).boxed(),
+        ))
+    }
+
+    #[test]
+    fn apiserver_failures_are_transient_and_refusals_are_not() {
+        for (code, want) in [
+            (500, true),
+            (502, true),
+            (503, true),
+            (429, true),
+            (401, false),
+            (403, false),
+            (404, false),
+            (400, false),
+        ] {
+            assert_eq!(transient(&list_failed(code)), want, "{code}");
+        }
+        assert!(!transient(&watcher::Error::NoResourceVersion));
+    }
+
+    #[test]
+    fn a_retried_first_list_is_remembered_until_it_succeeds_and_refusals_end_the_run() {
+        let mut store = Store::default();
+        let retrying = Update::Retrying(Kind::Sets, "injected (500)".into());
+        assert_eq!(store.apply(retrying), Applied::Unchanged);
+        assert_eq!(
+            store.retrying(),
+            Some("cannot list statefulsets: injected (500)")
+        );
+        for kind in [Kind::Sets, Kind::Claims] {
+            let done = Update::Event(kind, Box::new(watcher::Event::InitDone));
+            assert_eq!(store.apply(done), Applied::Changed);
+        }
+        assert_eq!(store.retrying(), None);
+        // A later error is the watch's to retry; it says nothing about the first list.
+        let later = Update::Retrying(Kind::Sets, "injected (500)".into());
+        assert_eq!(store.apply(later), Applied::Unchanged);
+        assert_eq!(store.retrying(), None);
+        let refused = Update::Failed(Kind::Claims, "forbidden (403)".into());
+        assert_eq!(
+            Store::default().apply(refused),
+            Applied::Fatal("cannot list persistentvolumeclaims: forbidden (403)".into())
+        );
+    }
 }

@@ -283,7 +283,7 @@ fn show(q: &Option<String>) -> &str {
 /// What `--wait` makes of a report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitResult {
-    /// Every set is done: one line each.
+    /// Every set is done, and there is one: one line each.
     Done(Vec<String>),
     /// A set failed (exit 1): one line per failed set.
     Failed(Vec<String>),
@@ -301,7 +301,8 @@ pub fn line(set: &SetStatus) -> String {
 }
 
 /// The outcome of a judged report for `--wait`: failures first, then sets not found, then
-/// done when every set is.
+/// done when every set is. Nothing selected is not done: right after `helm upgrade` the set
+/// may be away while it is created again, and a wrong namespace must not pass for done.
 pub fn wait_result(report: &StatusReport) -> WaitResult {
     let with = |o: Outcome| -> Vec<String> {
         report
@@ -319,19 +320,30 @@ pub fn wait_result(report: &StatusReport) -> WaitResult {
     if !missing.is_empty() {
         return WaitResult::NotFound(missing);
     }
-    if report
-        .items
-        .iter()
-        .all(|s| s.verdict.result == Outcome::Done)
+    if !report.items.is_empty()
+        && report
+            .items
+            .iter()
+            .all(|s| s.verdict.result == Outcome::Done)
     {
         return WaitResult::Done(with(Outcome::Done));
     }
     WaitResult::Waiting
 }
 
-/// One line per set not done when `--timeout` ran out.
-pub fn timed_out(report: &StatusReport, after: Duration) -> Vec<String> {
+/// One line per set not done when `--timeout` ran out, or one saying nothing was found in
+/// `namespace` (`None`: every namespace).
+pub fn timed_out(report: &StatusReport, after: Duration, namespace: Option<&str>) -> Vec<String> {
     let after = super::render::duration(after);
+    if report.items.is_empty() {
+        let place = match namespace {
+            Some(ns) => format!("in namespace {ns}"),
+            None => "in any namespace (-A)".to_owned(),
+        };
+        return vec![format!(
+            "timed out after {after} waiting for a StatefulSet with a storage rollout: none found {place}"
+        )];
+    }
     report
         .items
         .iter()
@@ -868,7 +880,7 @@ mod tests {
         let r = report(&all);
         assert_eq!(wait_result(&r), WaitResult::Waiting);
         assert_eq!(
-            timed_out(&r, Duration::from_secs(600)),
+            timed_out(&r, Duration::from_secs(600), Some(NS)),
             [
                 "timed out after 10m waiting for statefulset db/b: change recorded (data: 1Gi -> 2Gi); waiting for the controller to journal it and re-create the StatefulSet with it"
             ]
@@ -884,7 +896,21 @@ mod tests {
             ),
             "{lines:?}"
         );
-        // Nothing selected: nothing to wait for.
-        assert_eq!(wait_result(&report(&[])), WaitResult::Done(Vec::new()));
+        // Nothing selected is not done (the set may be away to be created again, or the
+        // namespace wrong): it is waited for, and the timeout says where nothing was found.
+        let nothing = report(&[]);
+        assert_eq!(wait_result(&nothing), WaitResult::Waiting);
+        assert_eq!(
+            timed_out(&nothing, Duration::from_secs(90), Some("dbs")),
+            [
+                "timed out after 90s waiting for a StatefulSet with a storage rollout: none found in namespace dbs"
+            ]
+        );
+        assert_eq!(
+            timed_out(&nothing, Duration::from_secs(90), None),
+            [
+                "timed out after 90s waiting for a StatefulSet with a storage rollout: none found in any namespace (-A)"
+            ]
+        );
     }
 }

@@ -128,7 +128,8 @@ pub async fn run(args: Args) -> u8 {
         None => Duration::ZERO,
     };
     let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
-    let mut feed = Feed::start(&client, &selection);
+    // Waiting for a rollout, a cluster that answers with errors for a while is waited for too.
+    let mut feed = Feed::start(&client, &selection, args.wait);
     let mut store = Store::default();
     let mut tracker = Tracker::new(&selection, Timestamp::now());
     let mut view = View::new(
@@ -212,7 +213,8 @@ pub async fn run(args: Args) -> u8 {
             () = sleep_until(recheck) => {}
             () = sleep_until(deadline) => {
                 if !store.synced() {
-                    eprintln!("error: timed out after {} before the cluster answered", render::duration(timeout));
+                    let why = store.retrying().map(|w| format!(" ({w})")).unwrap_or_default();
+                    eprintln!("error: timed out after {} before the cluster answered{why}", render::duration(timeout));
                     return ERROR;
                 }
                 if !args.wait {
@@ -221,7 +223,7 @@ pub async fn run(args: Args) -> u8 {
                 let now = Timestamp::now();
                 let mut report = model::build(&store.inputs, &selection, &tracker.followed(), now);
                 judge::judge_report(&mut report, now, grace);
-                for line in judge::timed_out(&report, timeout) {
+                for line in judge::timed_out(&report, timeout, selection.namespace.as_deref()) {
                     eprintln!("error: {line}");
                 }
                 return ERROR;
@@ -292,6 +294,8 @@ fn print(text: &str) {
 struct Tracker {
     followed: BTreeSet<Key>,
     absent: BTreeMap<Key, Timestamp>,
+    /// When the last report was judged.
+    judged_at: Option<Timestamp>,
 }
 
 impl Tracker {
@@ -299,6 +303,7 @@ impl Tracker {
         let mut tracker = Self {
             followed: BTreeSet::new(),
             absent: BTreeMap::new(),
+            judged_at: None,
         };
         if let (Some(namespace), Some(name)) = (&selection.namespace, &selection.name) {
             let key = (namespace.clone(), name.clone());
@@ -308,8 +313,9 @@ impl Tracker {
         tracker
     }
 
-    /// Notes which followed sets are there at `now`.
+    /// Notes which followed sets are there at `now`, for the report judged at `now`.
     fn note(&mut self, inputs: &model::Inputs, now: Timestamp) {
+        self.judged_at = Some(now);
         for key in &self.followed {
             if inputs.sets.objects.contains_key(key) {
                 self.absent.remove(key);
@@ -346,14 +352,30 @@ impl Tracker {
 
     /// When the first absent set's grace runs out (then it is judged not found).
     fn recheck_at(&self, grace: Duration) -> Option<Instant> {
-        let first = self.absent.values().min()?;
-        let left = first
-            .checked_add(grace)
-            .ok()?
-            .duration_since(Timestamp::now())
-            .unsigned_abs();
+        let left = recheck_in(
+            self.absent.values().copied(),
+            grace,
+            self.judged_at?,
+            Timestamp::now(),
+        )?;
         Some(Instant::now() + left + Duration::from_millis(10))
     }
+}
+
+/// How long until the first grace of sets absent since `since` runs out that the report
+/// judged at `judged` did not see run out: none left once it has passed (at once, not later),
+/// and nothing to wait for when every grace had run out by `judged` (each was judged then).
+fn recheck_in(
+    since: impl Iterator<Item = Timestamp>,
+    grace: Duration,
+    judged: Timestamp,
+    now: Timestamp,
+) -> Option<Duration> {
+    let end = since
+        .filter_map(|t| t.checked_add(grace).ok())
+        .filter(|end| *end > judged)
+        .min()?;
+    Some(Duration::try_from(now.duration_until(end)).unwrap_or(Duration::ZERO))
 }
 
 /// What is printed as reports come: once, redrawn on a terminal, or only what changed.
@@ -414,13 +436,18 @@ impl View {
             }
             return;
         }
+        if report.items.is_empty() {
+            // On stderr in every mode, as kubectl's "No resources found": stdout is the view.
+            let text = render::nothing_found(self.namespace.as_deref());
+            if text != self.last {
+                eprint!("{text}");
+                self.last = text;
+            }
+            return;
+        }
         let text = self.text(report, now);
         if !self.follow {
-            if report.items.is_empty() {
-                eprint!("{}", render::nothing_found(self.namespace.as_deref()));
-            } else {
-                print(&text);
-            }
+            print(&text);
             return;
         }
         if self.redraw {
@@ -437,7 +464,6 @@ impl View {
     fn text(&self, report: &StatusReport, now: Timestamp) -> String {
         match (self.detail, report.items.first()) {
             (true, Some(set)) => render::detail(set, now, self.redraw),
-            _ if report.items.is_empty() => render::nothing_found(self.namespace.as_deref()),
             _ => render::table(report, self.table_options(), now).render(),
         }
     }
@@ -488,5 +514,26 @@ impl View {
             print(&format!("{}\n", Table::line(&row.cells, &widths)));
             self.rows.insert(row.key.clone(), now_cells);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::fixtures::at;
+
+    #[test]
+    fn an_absent_sets_grace_is_rechecked_when_it_runs_out_and_not_later() {
+        let grace = Duration::from_secs(30);
+        let recheck = |since: &[i64], judged: i64, now: i64| {
+            recheck_in(since.iter().map(|s| at(*s)), grace, at(judged), at(now))
+        };
+        // Running: the rest of it, for the first to run out.
+        assert_eq!(recheck(&[90, 100], 110, 110), Some(Duration::from_secs(10)));
+        // Run out after the last report (while it was being made): at once.
+        assert_eq!(recheck(&[100], 129, 131), Some(Duration::ZERO));
+        // Run out before the last report, which judged the set not found: nothing to wait for.
+        assert_eq!(recheck(&[100], 140, 150), None);
+        assert_eq!(recheck(&[], 140, 150), None);
     }
 }

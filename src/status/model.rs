@@ -375,6 +375,10 @@ pub struct MaxUnavailable {
     pub updated_replicas: i64,
     /// `currentRevision` differs from `updateRevision`.
     pub rolling_out: bool,
+    /// Pods the controller deleted in its last batch, when that batch is of the update in
+    /// progress (rolling out, to this `updateRevision`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u32>,
     /// The note of the last `MaxUnavailableBatch` Event, and its time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_batch: Option<String>,
@@ -1390,6 +1394,13 @@ fn max_unavailable_of(set: &StatefulSet, events: &EventIndex<'_>) -> Option<MaxU
         set.metadata.name.as_deref().unwrap_or_default(),
         set.metadata.uid.as_deref(),
     );
+    let rolling_out = status.is_some_and(|s| s.current_revision != s.update_revision);
+    let update_revision = status.and_then(|s| s.update_revision.as_deref());
+    let current_batch = batch
+        .and_then(|e| e.note.as_deref())
+        .and_then(max_unavailable::read_batch_note)
+        .filter(|b| rolling_out && Some(b.update_revision.as_str()) == update_revision)
+        .map(|b| u32::try_from(b.pods).unwrap_or(u32::MAX));
     Some(MaxUnavailable {
         value,
         source: match rollout.source {
@@ -1402,7 +1413,8 @@ fn max_unavailable_of(set: &StatefulSet, events: &EventIndex<'_>) -> Option<MaxU
             (i64::from(s.replicas) - i64::from(s.available_replicas.unwrap_or(0))).max(0)
         }),
         updated_replicas: status.and_then(|s| s.updated_replicas).map_or(0, i64::from),
-        rolling_out: status.is_some_and(|s| s.current_revision != s.update_revision),
+        rolling_out,
+        batch: current_batch,
         last_batch: batch.map(|e| e.note.clone().unwrap_or_default()),
         last_batch_time: batch.and_then(event_time).map(format_time),
     })
@@ -1781,6 +1793,51 @@ mod tests {
         );
         assert_eq!(events[9].object, "PersistentVolumeClaim/data-web-0");
         assert_eq!(events[9].time.as_deref(), Some(time(150).as_str()));
+    }
+
+    #[test]
+    fn the_batch_shown_is_the_last_one_of_the_update_in_progress() {
+        let rolling = |current: &str| {
+            with(
+                with(
+                    set("web", "2Gi", None, None),
+                    "/metadata/annotations/stateful-admission.io~1max-unavailable",
+                    json!("3"),
+                ),
+                "/status/currentRevision",
+                json!(current),
+            )
+        };
+        let batch = |revision: &str| {
+            event(
+                "MaxUnavailableBatch",
+                "Normal",
+                "StatefulSet",
+                "web",
+                "uid-web",
+                &max_unavailable::batch_note(&["web-2", "web-1", "web-0"], revision, 3, 0),
+                500,
+            )
+        };
+        let shown = |objects: &[Value]| {
+            let m = report(objects).items[0].max_unavailable.clone();
+            m.map(|m| (m.budget, m.batch))
+        };
+        // The fixture's update revision is web-1.
+        assert_eq!(
+            shown(&[rolling("web-0"), batch("web-1")]),
+            Some((3, Some(3)))
+        );
+        assert_eq!(
+            shown(&[rolling("web-0"), batch("web-0")]),
+            Some((3, None)),
+            "a batch of an earlier update"
+        );
+        assert_eq!(
+            shown(&[rolling("web-1"), batch("web-1")]),
+            Some((3, None)),
+            "the update is over"
+        );
     }
 
     #[test]

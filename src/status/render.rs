@@ -7,8 +7,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::model::{
-    ClaimCounts, ClaimState, ClaimStatus, Condition, ConvergencePhase, Key, Outcome, Presence,
-    SetStatus, StatusReport, TemplateChange,
+    ClaimCounts, ClaimState, ClaimStatus, Condition, ConvergencePhase, FromTo, Key, MaxUnavailable,
+    Outcome, Presence, SetStatus, StatusReport, TemplateChange,
 };
 
 /// How the table is drawn.
@@ -130,17 +130,22 @@ fn cells(set: &SetStatus, options: TableOptions, now: Timestamp) -> Vec<String> 
     } else {
         "-".to_owned()
     });
-    cells.push(or_dash(change_text(&set.changes)));
+    let mut change = change_text(&set.changes);
+    if change.is_empty() {
+        change = change_text(&following(set));
+    }
+    cells.push(or_dash(change));
     cells.push(if present {
         claims_text(&set.claims)
     } else {
         "-".to_owned()
     });
     cells.push(set.convergence.phase.as_str().to_owned());
-    cells.push(set.max_unavailable.as_ref().map_or_else(
-        || "-".to_owned(),
-        |m| format!("{} ({} unavailable)", m.budget, m.unavailable),
-    ));
+    cells.push(
+        set.max_unavailable
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), budget_text),
+    );
     cells.push(condition_cell(&set.conditions, "Available"));
     cells.push(condition_cell(&set.conditions, "Progressing"));
     cells.push(
@@ -174,6 +179,16 @@ fn cells(set: &SetStatus, options: TableOptions, now: Timestamp) -> Vec<String> 
         });
     }
     cells
+}
+
+/// `1/2 (batch 2)`: the unavailable replicas (those being updated, and any down otherwise) of
+/// the budget, then the pods the controller deleted in its batch of the update in progress.
+fn budget_text(m: &MaxUnavailable) -> String {
+    let mut text = format!("{}/{}", m.unavailable, m.budget);
+    if let Some(batch) = m.batch {
+        text.push_str(&format!(" (batch {batch})"));
+    }
+    text
 }
 
 pub fn outcome(o: Outcome) -> &'static str {
@@ -222,6 +237,72 @@ pub fn change_text(changes: &[TemplateChange]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// What claims are still being moved to, per template, where no change is recorded (the set
+/// was re-created with it): the template's size and class (as the live templates carry them)
+/// against the claims' sizes and classes, those of every claim the controller is patching or
+/// will patch. Claims held back, incompatible or still provisioning are not moving.
+pub fn following(set: &SetStatus) -> Vec<TemplateChange> {
+    use crate::quantity::Quantity;
+    let smaller = |have: &str, want: &str| match (Quantity::parse(have), Quantity::parse(want)) {
+        (Ok(have), Ok(want)) => have < want,
+        _ => have != want,
+    };
+    let add = |slot: &mut Option<FromTo>, from: String, to: &str| {
+        let entry = slot.get_or_insert_with(|| FromTo {
+            from: None,
+            to: Some(to.to_owned()),
+        });
+        match &mut entry.from {
+            Some(all) if !all.split(", ").any(|f| f == from) => {
+                all.push_str(&format!(", {from}"));
+            }
+            Some(_) => {}
+            None => entry.from = Some(from),
+        }
+    };
+    let mut out: Vec<TemplateChange> = Vec::new();
+    let moving = set.claim_list.iter().filter(|c| {
+        matches!(
+            c.state,
+            ClaimState::Pending | ClaimState::Updating | ClaimState::Waiting | ClaimState::Failed
+        )
+    });
+    for c in moving {
+        let at = match out.iter().position(|t| t.template == c.template) {
+            Some(at) => at,
+            None => {
+                out.push(TemplateChange {
+                    template: c.template.clone(),
+                    storage: None,
+                    volume_attributes_class_name: None,
+                    labels: false,
+                    annotations: false,
+                });
+                out.len() - 1
+            }
+        };
+        let change = &mut out[at];
+        // Where the volume is: its capacity, else (not bound yet) what it asks for.
+        if let (Some(size), Some(target)) = (c.capacity.as_ref().or(c.request.as_ref()), &c.target)
+            && smaller(size, target)
+        {
+            add(&mut change.storage, size.clone(), target);
+        }
+        if let Some(target) = &c.target_volume_attributes_class {
+            let current = c
+                .current_volume_attributes_class
+                .as_ref()
+                .or(c.volume_attributes_class.as_ref());
+            if current != Some(target) {
+                let from = current.cloned().unwrap_or_else(|| "unset".to_owned());
+                add(&mut change.volume_attributes_class_name, from, target);
+            }
+        }
+    }
+    out.retain(|c| c.storage.is_some() || c.volume_attributes_class_name.is_some());
+    out
 }
 
 /// `2/3 (1 updating, 1 over-sized)`: compatible of existing claims, then what else there is.
@@ -339,11 +420,7 @@ pub fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
         "StatefulSet",
         format!("{}/{}", set.namespace, set.name),
     );
-    field(
-        &mut out,
-        "State",
-        format!("{}: {}", outcome(set.verdict.result), set.verdict.message),
-    );
+    field(&mut out, "State", state_text(set));
     if set.presence != Presence::Present {
         field(
             &mut out,
@@ -368,15 +445,16 @@ pub fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
         .and_then(|t| t.parse().ok())
         .map(|t| format!(" (recorded {} ago)", age(t, now)))
         .unwrap_or_default();
-    field(
-        &mut out,
-        "Change",
-        if change.is_empty() {
-            format!("none recorded{recorded}")
-        } else {
-            format!("{change}{recorded}")
-        },
-    );
+    // Nothing recorded now, with an age: the change was recorded and the live object carries
+    // it (the age is only there while its claims or its convergence are still under way).
+    let moving = change_text(&following(set));
+    let change = match (change.is_empty(), moving.is_empty(), recorded.is_empty()) {
+        (false, _, _) => format!("{change}{recorded}"),
+        (true, false, _) => format!("applied; claims following: {moving}{recorded}"),
+        (true, true, false) => format!("applied{recorded}"),
+        (true, true, true) => "none recorded".to_owned(),
+    };
+    field(&mut out, "Change", change);
     if let Some(why) = &set.desired_templates_error {
         field(&mut out, "Refused", why.clone());
     }
@@ -393,6 +471,9 @@ pub fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
             "{} ({}), budget {}, {} unavailable, {} updated",
             m.value, m.source, m.budget, m.unavailable, m.updated_replicas
         );
+        if let Some(batch) = m.batch {
+            text.push_str(&format!(", {batch} in this update's last batch"));
+        }
         if let (Some(note), Some(t)) = (&m.last_batch, &m.last_batch_time) {
             let when = t.parse().map(|t| age(t, now)).unwrap_or_default();
             text.push_str(&format!("; last batch {when} ago: {note}"));
@@ -462,6 +543,16 @@ pub fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
         out.push_str(&indent(&table.render()));
     }
     with_events(out, set, now)
+}
+
+/// `Progressing (UpdatingClaims): 1 of 3 claims compatible; …`: the verdict, its reason (as
+/// `-o json` gives it, and the runbooks name it) and why.
+fn state_text(set: &SetStatus) -> String {
+    let v = &set.verdict;
+    match v.reason.as_str() {
+        "" => format!("{}: {}", outcome(v.result), v.message),
+        reason => format!("{} ({reason}): {}", outcome(v.result), v.message),
+    }
 }
 
 /// `Name:` padded to the value column.
@@ -684,7 +775,7 @@ mod tests {
                 "StatefulSet",
                 "web",
                 "uid-web",
-                "Deleted pods web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)",
+                "Deleted web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)",
                 570,
             ),
             event(
@@ -715,9 +806,9 @@ mod tests {
         assert_eq!(
             text,
             "\
-NAME   STATE         POLICY     CHANGE             CLAIMS                        CONVERGENCE   MAXUNAVAILABLE      AVAILABLE                   PROGRESSING                 AGE
-logs   Progressing   OnDelete   data: 1Gi -> 4Gi   0/0 (3 missing)               pending       -                   True/ReplicasAvailable      True/RolloutComplete        8m20s
-web    Progressing   InPlace    -                  1/3 (1 updating, 1 pending)   done          2 (1 unavailable)   False/ReplicasUnavailable   True/UpdatingVolumeClaims   8m20s
+NAME   STATE         POLICY     CHANGE             CLAIMS                        CONVERGENCE   MAXUNAVAILABLE   AVAILABLE                   PROGRESSING                 AGE
+logs   Progressing   OnDelete   data: 1Gi -> 4Gi   0/0 (3 missing)               pending       -                True/ReplicasAvailable      True/RolloutComplete        8m20s
+web    Progressing   InPlace    data: 1Gi -> 2Gi   1/3 (1 updating, 1 pending)   done          1/2 (batch 2)    False/ReplicasUnavailable   True/UpdatingVolumeClaims   8m20s
 "
         );
     }
@@ -771,11 +862,11 @@ web    Progressing   InPlace    -                  1/3 (1 updating, 1 pending)  
             text,
             "\
 StatefulSet:    db/web
-State:          Progressing: 1 of 3 claims compatible; data-web-0 to be patched (storage 1Gi -> 2Gi), data-web-2 updating (Resizing)
+State:          Progressing (UpdatingClaims): 1 of 3 claims compatible; data-web-0 to be patched (storage 1Gi -> 2Gi), data-web-2 updating (Resizing)
 Policy:         InPlace; updateStrategy RollingUpdate, partition 0, replicas 3
-Change:         none recorded (recorded 8m20s ago)
+Change:         applied; claims following: data: 1Gi -> 2Gi (recorded 8m20s ago)
 Convergence:    done
-MaxUnavailable: 2 (annotation), budget 2, 1 unavailable, 1 updated; last batch 30s ago: Deleted pods web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
+MaxUnavailable: 2 (annotation), budget 2, 1 unavailable, 1 updated, 2 in this update's last batch; last batch 30s ago: Deleted web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
 Claims:         1/3 (1 updating, 1 pending)
 Conditions:
   Type          Status   Reason                 Age     Message
@@ -789,9 +880,70 @@ Volume claims:
 Events:
   Type     Reason                Age   Object            Message
   Normal   VolumeClaimPatched    40s   StatefulSet/web   patched claim data-web-2 to template \"data\": storage 1Gi -> 2Gi
-  Normal   MaxUnavailableBatch   30s   StatefulSet/web   Deleted pods web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
+  Normal   MaxUnavailableBatch   30s   StatefulSet/web   Deleted web-2, web-1 for the update to revision web-2 (maxUnavailable 2, 0 unavailable before)
 "
         );
+    }
+
+    #[test]
+    fn the_change_line_says_what_is_recorded_or_that_it_was_applied() {
+        let change_line = |objects: &[Value]| -> String {
+            let report = report_of(&inputs(objects), Some("web"), &[]);
+            detail(&report.items[0], at(NOW), false)
+                .lines()
+                .find(|l| l.starts_with("Change:"))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let mut recorded = vec![
+            set("web", "1Gi", Some("2Gi"), Some("InPlace")),
+            class("fast", true),
+        ];
+        recorded.extend(claims("web", "1Gi", "1Gi"));
+        assert_eq!(
+            change_line(&recorded),
+            "Change:         data: 1Gi -> 2Gi (recorded 8m20s ago)"
+        );
+        // Re-created with it, claims still to follow: applied, since then, and what they
+        // are being moved to.
+        let mut applied = vec![
+            set("web", "2Gi", None, Some("InPlace")),
+            class("fast", true),
+        ];
+        applied.extend(claims("web", "1Gi", "1Gi"));
+        assert_eq!(
+            change_line(&applied),
+            "Change:         applied; claims following: data: 1Gi -> 2Gi (recorded 8m20s ago)"
+        );
+        // Claims at different sizes: each, once; those done are not moving.
+        let mixed = [
+            set("web", "2Gi", None, Some("InPlace")),
+            class("fast", true),
+            claim("web", 0, "1Gi", "1Gi"),
+            claim("web", 1, "1536Mi", "1536Mi"),
+            claim("web", 2, "2Gi", "1Gi"),
+        ];
+        assert_eq!(
+            change_text(&following(&report(&mixed).items[0])),
+            "data: 1Gi, 1536Mi -> 2Gi"
+        );
+        // Its journal finishing, nothing left to move: applied.
+        let mut finishing = vec![
+            set("web", "2Gi", None, Some("InPlace")),
+            class("fast", true),
+            journal(&set("web", "1Gi", Some("2Gi"), Some("InPlace")), "deleting"),
+        ];
+        finishing.extend(claims("web", "2Gi", "2Gi"));
+        assert_eq!(
+            change_line(&finishing),
+            "Change:         applied (recorded 8m20s ago)"
+        );
+        let mut settled = vec![
+            set("web", "2Gi", None, Some("InPlace")),
+            class("fast", true),
+        ];
+        settled.extend(claims("web", "2Gi", "2Gi"));
+        assert_eq!(change_line(&settled), "Change:         none recorded");
     }
 
     #[test]
@@ -826,7 +978,7 @@ Events:
             &[],
         );
         let text = detail(&report.items[0], at(NOW), false);
-        assert!(text.contains("State:          Failed: claim data-web-0: modifyVolumeStatus: Infeasible (to faster)"), "{text}");
+        assert!(text.contains("State:          Failed (ClaimResizeFailed): claim data-web-0: modifyVolumeStatus: Infeasible (to faster)"), "{text}");
         assert!(
             text.contains("  data-web-0   Failed    2Gi       2Gi        2Gi      fast (faster)/faster   modifyVolumeStatus: Infeasible (to faster)\n"),
             "{text}"
@@ -860,6 +1012,7 @@ Events:
             "held": 0, "waiting": 0, "provisioning": 0, "incompatible": 0, "failed": 0, "overSized": 0, "missing": 0})
         );
         assert_eq!(web["maxUnavailable"]["budget"], 2);
+        assert_eq!(web["maxUnavailable"]["batch"], 2);
         assert_eq!(
             web["claimList"][2]["conditions"],
             json!([{"type": "Resizing", "status": "True"}])
@@ -1028,6 +1181,7 @@ mod documented {
             unavailable: 0,
             updated_replicas: 0,
             rolling_out: false,
+            batch: Some(1),
             last_batch: Some("x".into()),
             last_batch_time: Some(time(0)),
         });

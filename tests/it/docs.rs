@@ -1,5 +1,6 @@
 //! The documentation's links: relative links name files that exist, anchors name headings
-//! that exist, and the runbook sections the chart's alerts link to are where they say.
+//! that exist, and the runbook sections the chart's alerts link to are where they say. The
+//! flags the README and the chart's README name are the binary's.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -275,7 +276,8 @@ fn readme_section(heading: &str) -> String {
 }
 
 /// README.md's sections on each command name every flag `--help` lists, and its tables give
-/// each flag the default clap has (`off` for a switch).
+/// each flag the default clap has (`off` for a switch); `serve` and `status` have a row for
+/// every flag.
 #[test]
 fn readme_names_every_flag_of_each_command_with_its_default() {
     use clap::CommandFactory;
@@ -286,15 +288,17 @@ fn readme_names_every_flag_of_each_command_with_its_default() {
         (&["review"][..], "### `review`"),
         (&["check"][..], "### `check`"),
         (&["certs", "generate"][..], "### `certs generate`"),
+        (&["status"][..], "### `status`"),
     ] {
         let command = path.iter().fold(cli.clone(), |c, name| {
             c.find_subcommand(name).expect("subcommand").clone()
         });
         let section = readme_section(heading);
-        // Table rows: flags in the first cell, the default in the second.
+        // Table rows: flags in the first cell (the long one first or not), the default in
+        // the second.
         let rows: Vec<(Vec<&str>, &str)> = section
             .lines()
-            .filter(|l| l.starts_with("| `--"))
+            .filter(|l| l.starts_with("| `-"))
             .map(|l| {
                 let cells: Vec<&str> = l.split('|').map(str::trim).collect();
                 let flags = cells[1]
@@ -318,9 +322,10 @@ fn readme_names_every_flag_of_each_command_with_its_default() {
                 .iter()
                 .find(|(flags, _)| flags.contains(&flag.as_str()))
             else {
+                // serve and status have a table of every flag; the others name some in prose.
                 assert!(
-                    heading != "### `serve`",
-                    "no row for serve {flag} in README.md"
+                    heading != "### `serve`" && heading != "### `status`",
+                    "no row for {heading} {flag} in README.md"
                 );
                 continue;
             };
@@ -389,4 +394,93 @@ fn readme_names_every_step_of_ci_run() {
         steps += 1;
     }
     assert!(steps >= 6, "only {steps} steps read from .ci/run");
+}
+
+/// Each `--flag` named in the prose of a Markdown text (outside fenced code blocks), with the
+/// command its code span runs: `None` for a flag outside a code span or in one that does not
+/// start with a command, else the span's first word (`helm lint --strict` gives `helm`).
+fn prose_flags(text: &str) -> Vec<(String, Option<String>)> {
+    let mut flags = Vec::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        // Odd pieces are code spans.
+        for (i, piece) in line.split('`').enumerate() {
+            let first = piece.split_whitespace().next().unwrap_or_default();
+            let command = (i % 2 == 1 && !first.starts_with('-')).then(|| first.to_owned());
+            for word in piece.split(|c: char| c.is_whitespace() || c == '/' || c == '=') {
+                let name: String = word
+                    .strip_prefix("--")
+                    .unwrap_or_default()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect();
+                // A flag starts with a letter (table rules are dashes too).
+                if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+                    flags.push((name, command.clone()));
+                }
+            }
+        }
+    }
+    flags
+}
+
+#[test]
+fn prose_flags_are_read_with_their_command() {
+    let flags = prose_flags(
+        "`--resync` and `--tls-cert`/`--tls-key`; `helm lint --strict`, `serve --help`, \
+         `--log-level=debug`, `check --release x`\n|---|---|\n```sh\nhelm install --namespace x\n```\n",
+    );
+    let flags: Vec<(&str, Option<&str>)> = flags
+        .iter()
+        .map(|(f, c)| (f.as_str(), c.as_deref()))
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            ("resync", None),
+            ("tls-cert", None),
+            ("tls-key", None),
+            ("strict", Some("helm")),
+            ("help", Some("serve")),
+            ("log-level", None),
+            ("release", Some("check")),
+        ]
+    );
+}
+
+/// The chart's README names only flags that exist: each `--flag` in its prose is one of
+/// `stateful-admission serve` (the command the chart runs), or of the subcommand its code
+/// span starts with; flags of `helm` and `kubectl` are theirs.
+#[test]
+fn the_chart_readme_names_only_flags_the_binary_has() {
+    use clap::CommandFactory;
+    let cli = stateful_admission::cli::Cli::command();
+    let text = read(&repo().join("charts/stateful-admission/README.md"));
+    let mut checked = 0;
+    for (flag, command) in prose_flags(&text) {
+        let subcommand = match command.as_deref() {
+            Some("helm" | "kubectl") => continue,
+            None | Some("stateful-admission") => "serve",
+            Some(other) => other,
+        };
+        let Some(sub) = cli.find_subcommand(subcommand) else {
+            panic!(
+                "charts/stateful-admission/README.md: --{flag} in a span of {subcommand:?}, not a command of ours"
+            )
+        };
+        let exists = flag == "help" || sub.get_arguments().any(|a| a.get_long() == Some(&flag));
+        assert!(
+            exists,
+            "charts/stateful-admission/README.md names --{flag}, which `stateful-admission {subcommand} --help` does not list"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 30, "only {checked} flags checked");
 }

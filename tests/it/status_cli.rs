@@ -95,11 +95,53 @@ async fn status(config: &tempfile::NamedTempFile, args: &[&str]) -> crate::commo
     .expect("run")
 }
 
-/// The binary running in the background, its stdout read line by line.
+/// The binary running in the background, its stdout and stderr read line by line.
 struct Running {
     child: Child,
     lines: mpsc::UnboundedReceiver<String>,
     seen: Vec<String>,
+    errors: mpsc::UnboundedReceiver<String>,
+    seen_errors: Vec<String>,
+}
+
+/// Sends each line `pipe` gives, until it closes.
+fn read_lines(pipe: impl std::io::Read + Send + 'static) -> mpsc::UnboundedReceiver<String> {
+    let (send, lines) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
+/// Waits for a line of `lines` that contains every one of `parts`, keeping each in `seen`.
+async fn next_with(
+    lines: &mut mpsc::UnboundedReceiver<String>,
+    seen: &mut Vec<String>,
+    parts: &[&str],
+    what: &str,
+) -> String {
+    let found = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.recv().await {
+            seen.push(line.clone());
+            if parts.iter().all(|p| line.contains(p)) {
+                return Some(line);
+            }
+        }
+        None
+    })
+    .await;
+    match found {
+        Ok(Some(line)) => line,
+        _ => panic!(
+            "no line with {parts:?}; {what} so far:\n{}",
+            seen.join("\n")
+        ),
+    }
 }
 
 impl Running {
@@ -113,59 +155,43 @@ impl Running {
             .stderr(Stdio::piped())
             .spawn()
             .expect("binary starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let (send, lines) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = read_lines(child.stdout.take().expect("stdout"));
+        let errors = read_lines(child.stderr.take().expect("stderr"));
         Self {
             child,
             lines,
             seen: Vec::new(),
+            errors,
+            seen_errors: Vec::new(),
         }
     }
 
     /// Waits for a line of stdout that contains every one of `parts`; returns it.
     async fn line_with(&mut self, parts: &[&str]) -> String {
-        let found = tokio::time::timeout(PATIENCE, async {
-            while let Some(line) = self.lines.recv().await {
-                self.seen.push(line.clone());
-                if parts.iter().all(|p| line.contains(p)) {
-                    return Some(line);
-                }
-            }
-            None
-        })
-        .await;
-        match found {
-            Ok(Some(line)) => line,
-            _ => panic!(
-                "no line with {parts:?}; stdout so far:\n{}",
-                self.seen.join("\n")
-            ),
-        }
+        next_with(&mut self.lines, &mut self.seen, parts, "stdout").await
     }
 
-    /// Waits for the exit; returns the code, the rest of stdout and stderr.
+    /// Waits for a line of stderr that contains every one of `parts`; returns it.
+    async fn error_with(&mut self, parts: &[&str]) -> String {
+        next_with(&mut self.errors, &mut self.seen_errors, parts, "stderr").await
+    }
+
+    /// Waits for the exit; returns the code, the rest of stdout and all of stderr.
     async fn exit(mut self) -> (i32, String, String) {
         let mut child = self.child;
-        let (code, stderr) = tokio::task::spawn_blocking(move || {
-            let status = child.wait().expect("wait");
-            let mut stderr = String::new();
-            if let Some(mut pipe) = child.stderr.take() {
-                std::io::Read::read_to_string(&mut pipe, &mut stderr).expect("stderr");
-            }
-            (status.code().unwrap_or(-1), stderr)
-        })
-        .await
-        .expect("exit");
+        let code =
+            tokio::task::spawn_blocking(move || child.wait().expect("wait").code().unwrap_or(-1))
+                .await
+                .expect("exit");
         while let Some(line) = self.lines.recv().await {
             self.seen.push(line);
+        }
+        while let Some(line) = self.errors.recv().await {
+            self.seen_errors.push(line);
+        }
+        let mut stderr = self.seen_errors.join("\n");
+        if !stderr.is_empty() {
+            stderr.push('\n');
         }
         (code, self.seen.join("\n"), stderr)
     }
@@ -228,7 +254,7 @@ async fn the_views_read_the_cluster_and_write_nothing() {
     assert_eq!(detail.code, 0, "{}", detail.stderr);
     for part in [
         "StatefulSet:    db/web",
-        "State:          Progressing: change recorded (data: 1Gi -> 2Gi)",
+        "State:          Progressing (ChangeRecorded): change recorded (data: 1Gi -> 2Gi)",
         "data-web-2   Pending   1Gi       1Gi        2Gi",
         "Normal   VolumeClaimPatched",
     ] {
@@ -273,6 +299,10 @@ async fn the_views_read_the_cluster_and_write_nothing() {
         other.stderr,
         "No StatefulSets with a storage rollout found in empty namespace.\n"
     );
+    // Following, it says so on stderr too, once: stdout is the view.
+    let watched_empty = status(&config, &["-n", "empty", "--watch", "--timeout", "1s"]).await;
+    assert_eq!((watched_empty.code, watched_empty.stdout.as_str()), (0, ""));
+    assert_eq!(watched_empty.stderr, other.stderr);
 
     let missing = status(&config, &["nope"]).await;
     assert_eq!(missing.code, 2, "{}", missing.stdout);
@@ -406,6 +436,91 @@ async fn wait_times_out_with_what_it_waited_for() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_with_nothing_selected_waits_for_a_set_and_times_out_naming_the_namespace() {
+    // A mistyped namespace: not done, a timeout (2) saying where nothing was found.
+    let api = cluster(set("2Gi", None), "2Gi", "2Gi").await;
+    let config = kubeconfig(&api);
+    let wrong = status(&config, &["-n", "dbs", "--wait", "--timeout", "1s"]).await;
+    assert_eq!(wrong.code, 2, "{}{}", wrong.stdout, wrong.stderr);
+    assert_eq!(wrong.stdout, "");
+    assert_eq!(
+        wrong.stderr,
+        "No StatefulSets with a storage rollout found in dbs namespace.\n\
+         error: timed out after 1s waiting for a StatefulSet with a storage rollout: none found in namespace dbs\n"
+    );
+    let everywhere = FakeApiServer::start().await;
+    let empty = kubeconfig(&everywhere);
+    let none = status(&empty, &["-A", "--wait", "--timeout", "1s"]).await;
+    assert_eq!(none.code, 2, "{}{}", none.stdout, none.stderr);
+    assert!(
+        none.stderr.ends_with(
+            "error: timed out after 1s waiting for a StatefulSet with a storage rollout: none found in any namespace (-A)\n"
+        ),
+        "{}",
+        none.stderr
+    );
+
+    // Right after `helm upgrade` the set may be away, deleted to be created again: waited
+    // for, then followed to done.
+    let api = cluster(set("2Gi", None), "2Gi", "2Gi").await;
+    api.remove_object(&resources::STATEFULSETS, NS, "web");
+    let config = kubeconfig(&api);
+    let mut run = Running::start(BINARY, &config, &["--wait", "--timeout", "60s"]);
+    run.error_with(&["No StatefulSets with a storage rollout found in db namespace."])
+        .await;
+    api.put_object(set("2Gi", None));
+    let (code, stdout, stderr) = run.exit().await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        stdout.ends_with("statefulset db/web: storage rollout complete: the live object and 3 of 3 claims carry the recorded templates"),
+        "{stdout}"
+    );
+    only_reads(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_retries_a_first_list_the_apiserver_failed_and_not_one_it_refused() {
+    let api = cluster(set("2Gi", None), "2Gi", "2Gi").await;
+    let config = kubeconfig(&api);
+    // An apiserver failing for a moment (during a control-plane upgrade, say): waited out.
+    api.fail_next("GET", "/namespaces/db/statefulsets", 500, 2);
+    let run = status(&config, &["--wait", "--timeout", "60s"]).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout
+            .contains("statefulset db/web: storage rollout complete"),
+        "{}",
+        run.stdout
+    );
+    // Failing throughout: the timeout says what failed, in one line.
+    api.fail_next("GET", "/namespaces/db/persistentvolumeclaims", 500, 1000);
+    let run = status(&config, &["--wait", "--timeout", "2s"]).await;
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stderr,
+        "error: timed out after 2s before the cluster answered (cannot list persistentvolumeclaims: injected failure (500 InternalError) (500))\n"
+    );
+    api.clear_faults();
+    // A refusal stays one: exit 2 at once, in one line.
+    api.fail_next("GET", "/namespaces/db/persistentvolumeclaims", 403, 1);
+    let run = status(&config, &["--wait", "--timeout", "60s"]).await;
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stderr,
+        "error: cannot list persistentvolumeclaims: injected failure (403 Forbidden) (403)\n"
+    );
+    // Without --wait a failure ends the run at once, as kubectl's does.
+    api.fail_next("GET", "/namespaces/db/statefulsets", 500, 1);
+    let run = status(&config, &[]).await;
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stderr,
+        "error: cannot list statefulsets: injected failure (500 InternalError) (500)\n"
+    );
+    only_reads(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_journals_are_said_and_judged_without() {
     let api = cluster(set("1Gi", Some("2Gi")), "1Gi", "1Gi").await;
     // A developer who may not read the controller's namespace.
@@ -487,7 +602,7 @@ async fn the_kubectl_plugin_name_works_and_usage_errors_exit_2() {
     );
     assert!(
         String::from_utf8_lossy(&out.stdout)
-            .contains("State:          Done: storage rollout complete")
+            .contains("State:          Done (RolloutComplete): storage rollout complete")
     );
     let help = plugin_run(vec!["status", "--help"]).await.expect("run");
     let help = String::from_utf8_lossy(&help.stdout).into_owned();

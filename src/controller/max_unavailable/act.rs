@@ -113,12 +113,11 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
             max_unavailable = plan.max_unavailable, unavailable_before = plan.unavailable,
             "maxUnavailable batch: deleted old-revision pods"
         );
-        let note = format!(
-            "Deleted {} for the update to revision {} (maxUnavailable {}, {} unavailable before)",
-            pod_list(&deleted),
-            rollout.update_revision,
+        let note = plan::batch_note(
+            &deleted,
+            &rollout.update_revision,
             plan.max_unavailable,
-            plan.unavailable
+            plan.unavailable,
         );
         // The recorder folds events with the same key into one series, keeping the first
         // note; the batch's first pod (a new uid each time) keeps batches apart.
@@ -218,21 +217,6 @@ fn pod_reference(namespace: &str, deletion: &plan::Deletion) -> ObjectReference 
         uid: Some(deletion.uid.clone()),
         ..ObjectReference::default()
     }
-}
-
-/// The pods of a batch for an event note, which must stay under 1 kB.
-fn pod_list(pods: &[&str]) -> String {
-    const SHOWN: usize = 10;
-    let mut list = pods
-        .iter()
-        .take(SHOWN)
-        .copied()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if pods.len() > SHOWN {
-        list.push_str(&format!(" and {} more", pods.len() - SHOWN));
-    }
-    list
 }
 
 #[cfg(test)]
@@ -353,17 +337,5 @@ mod tests {
         assert_eq!(r.reason, "MaxUnavailableNeedsRollingUpdate");
         assert_eq!(r.once.as_deref(), Some("max-unavailable/u1/web-2"));
         assert!(r.note.contains("status.currentReplicas (3)"), "{}", r.note);
-    }
-
-    #[test]
-    fn long_batches_are_shortened_in_events() {
-        assert_eq!(pod_list(&["web-5", "web-4"]), "web-5, web-4");
-        let many: Vec<String> = (0..300)
-            .map(|i| format!("pod-with-a-long-name-{i}"))
-            .collect();
-        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
-        let list = pod_list(&refs);
-        assert!(list.ends_with(" and 290 more"), "{list}");
-        assert!(list.len() < 512);
     }
 }

@@ -448,6 +448,57 @@ pub fn plan(rollout: &Rollout, pods: &[(u32, Option<Arc<Pod>>)], now: Timestamp)
     plan
 }
 
+/// The note of a batch's `MaxUnavailableBatch` Event; [`read_batch_note`] reads it back.
+pub fn batch_note(
+    pods: &[&str],
+    update_revision: &str,
+    max_unavailable: usize,
+    unavailable_before: usize,
+) -> String {
+    format!(
+        "Deleted {} for the update to revision {update_revision} (maxUnavailable {max_unavailable}, {unavailable_before} unavailable before)",
+        pod_list(pods)
+    )
+}
+
+/// What a batch's note says: how many pods it deleted, for which revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchNote {
+    pub pods: usize,
+    pub update_revision: String,
+}
+
+/// Reads a note [`batch_note`] wrote (`status` shows the batch of the update in progress).
+pub fn read_batch_note(note: &str) -> Option<BatchNote> {
+    let rest = note.strip_prefix("Deleted ")?;
+    let (list, rest) = rest.split_once(" for the update to revision ")?;
+    let (update_revision, _) = rest.split_once(" (")?;
+    // Pod names are DNS labels: no spaces, so " and N more" can only be the list's end.
+    let (named, more) = match list.rsplit_once(" and ") {
+        Some((named, more)) => (named, more.strip_suffix(" more")?.parse().ok()?),
+        None => (list, 0),
+    };
+    Some(BatchNote {
+        pods: named.split(", ").count() + more,
+        update_revision: update_revision.to_owned(),
+    })
+}
+
+/// The pods of a batch for an event note, which must stay under 1 kB.
+fn pod_list(pods: &[&str]) -> String {
+    const SHOWN: usize = 10;
+    let mut list = pods
+        .iter()
+        .take(SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if pods.len() > SHOWN {
+        list.push_str(&format!(" and {} more", pods.len() - SHOWN));
+    }
+    list
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1303,5 +1354,29 @@ mod tests {
             rollout(&unknown).map(|r| r.recreated_at_current_below),
             Ok(Some(0))
         );
+    }
+
+    #[test]
+    fn long_batches_are_shortened_in_events_and_their_notes_read_back() {
+        assert_eq!(pod_list(&["web-5", "web-4"]), "web-5, web-4");
+        let many: Vec<String> = (0..300)
+            .map(|i| format!("pod-with-a-long-name-{i}"))
+            .collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        let list = pod_list(&refs);
+        assert!(list.ends_with(" and 290 more"), "{list}");
+        assert!(list.len() < 512);
+        for pods in [&refs[..1], &refs[..2], &refs[..10], &refs[..11], &refs[..]] {
+            let note = batch_note(pods, "web-7d9f", 2, 1);
+            assert_eq!(
+                read_batch_note(&note),
+                Some(BatchNote {
+                    pods: pods.len(),
+                    update_revision: "web-7d9f".into()
+                }),
+                "{note}"
+            );
+        }
+        assert_eq!(read_batch_note("something else"), None);
     }
 }
