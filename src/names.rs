@@ -33,6 +33,9 @@ pub const JOURNAL_SET_NAME: &str = "stateful-admission.io/journal-name";
 pub const JOURNAL_SET_UID: &str = "stateful-admission.io/journal-uid";
 pub const JOURNAL_SET_RESOURCE_VERSION: &str = "stateful-admission.io/journal-resource-version";
 pub const JOURNAL_STEP: &str = "stateful-admission.io/journal-step";
+/// On the controller's Lease, kept by its holder: the apiserver's MaxUnavailableStatefulSet
+/// gate as the controller knows it (`enabled`, `disabled`, `unknown: <why>`), for `check`.
+pub const LEASE_MAX_UNAVAILABLE_GATE: &str = "stateful-admission.io/max-unavailable-gate";
 /// Label the StatefulSet controller puts on every pod of a set (upstream
 /// `apps.StatefulSetPodNameLabel`); selects the pods the controller watches.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";

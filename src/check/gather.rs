@@ -107,6 +107,7 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
     checks.extend(dry_runs);
 
     let features = deployment_features(&client, release).await;
+    let mut gate_check = None;
     if features.controller {
         let lease_name = features.lease.as_deref().unwrap_or(&release.lease);
         let lease = get_value(
@@ -114,6 +115,12 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
             lease_name,
         )
         .await;
+        if features.max_unavailable
+            && let Ok(lease) = &lease
+            && let Some(gate) = judge::max_unavailable_gate(lease.as_ref())
+        {
+            gate_check = Some(gate);
+        }
         checks.push(match lease {
             Ok(lease) => judge::lease(lease.as_ref(), lease_name, jiff::Timestamp::now()),
             Err(why) => super::Check::failed(
@@ -128,6 +135,7 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
         None => release.service_account_user(),
     };
     let answers = access_reviews(config, &user, &features.needs(release), &release.namespace).await;
+    checks.extend(gate_check);
     checks.push(judge::permissions(&user, &answers));
     checks.push(judge::version(&version, &features));
     Report { checks }
@@ -196,9 +204,9 @@ async fn served_at_urls(configs: [&Result<Option<Value>, String>; 2]) -> judge::
         let Ok((authority, host, _)) = judge::url_endpoint(url) else {
             continue;
         };
-        if !served.contains_key(&authority) {
-            let chain = served_chain(&authority, &host).await;
-            served.insert(authority, chain);
+        if let std::collections::btree_map::Entry::Vacant(entry) = served.entry(authority) {
+            let chain = served_chain(entry.key(), &host).await;
+            entry.insert(chain);
         }
     }
     served

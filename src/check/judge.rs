@@ -575,6 +575,40 @@ pub fn lease(lease: Option<&Value>, name: &str, now: jiff::Timestamp) -> Check {
     )
 }
 
+/// The MaxUnavailableStatefulSet gate as the controller's leader keeps it on its Lease
+/// (`stateful-admission.io/max-unavailable-gate`); `None` without a held Lease (the lease
+/// check says why) or when the leader does not drive maxUnavailable.
+pub fn max_unavailable_gate(lease: Option<&Value>) -> Option<Check> {
+    let name = "maxUnavailable gate";
+    let lease = lease?;
+    lease
+        .pointer("/spec/holderIdentity")
+        .and_then(Value::as_str)
+        .filter(|h| !h.is_empty())?;
+    let text = lease
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(names::LEASE_MAX_UNAVAILABLE_GATE))
+        .and_then(Value::as_str)?;
+    Some(match text {
+        "enabled" => Check::ok(
+            name,
+            "the apiserver keeps spec.updateStrategy.rollingUpdate.maxUnavailable: the StatefulSet controller honours it; our driver stands down",
+        ),
+        "disabled" => Check::ok(
+            name,
+            "the apiserver drops spec.updateStrategy.rollingUpdate.maxUnavailable: our driver keeps rolling updates within the budget",
+        ),
+        other => Check::warning(
+            name,
+            format!(
+                "the controller does not know whether the apiserver keeps maxUnavailable ({}): budgets are driven only where a set shows the gate, others roll one pod at a time",
+                other.strip_prefix("unknown: ").unwrap_or(other)
+            ),
+            format!("see {}", runbook("maxunavailable-is-not-honoured")),
+        ),
+    })
+}
+
 /// One access the ServiceAccount needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Access {
@@ -884,6 +918,7 @@ pub fn version(git_version: &Result<String, String>, features: &Features) -> Che
 #[cfg(test)]
 mod tests {
     use super::*;
+    use super::super::Status;
     use serde_json::json;
 
     fn at(text: &str) -> jiff::Timestamp {
@@ -907,6 +942,28 @@ mod tests {
 
     fn lease_status(lease_json: Option<&Value>, now: jiff::Timestamp) -> &'static str {
         lease(lease_json, "l", now).status.as_str()
+    }
+
+    #[test]
+    fn the_gate_on_the_leaders_lease_is_a_line_of_its_own() {
+        let lease = |holder: &str, gate: Option<&str>| {
+            let mut l = json!({"spec": {"holderIdentity": holder}});
+            if let Some(gate) = gate {
+                l["metadata"] = json!({"annotations": {names::LEASE_MAX_UNAVAILABLE_GATE: gate}});
+            }
+            l
+        };
+        let status = |l: &Value| max_unavailable_gate(Some(l)).map(|c| (c.status, c.message));
+        assert_eq!(status(&lease("a", Some("disabled"))).map(|s| s.0), Some(Status::Ok));
+        assert_eq!(status(&lease("a", Some("enabled"))).map(|s| s.0), Some(Status::Ok));
+        let (st, message) = status(&lease("a", Some("unknown: ApiError: forbidden (403)")))
+            .expect("a line");
+        assert_eq!(st, Status::Warning);
+        assert!(message.contains("(ApiError: forbidden (403))"), "{message}");
+        // Nobody holds it (the lease line says so), or the leader does not drive maxUnavailable.
+        assert_eq!(status(&lease("", Some("disabled"))), None);
+        assert_eq!(status(&lease("a", None)), None);
+        assert_eq!(max_unavailable_gate(None), None);
     }
 
     #[test]

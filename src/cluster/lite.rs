@@ -11,7 +11,8 @@
 //! The readers, by kind:
 //! - StatefulSet: the claim rules (which set owns a claim name, its claim templates and the
 //!   project's annotations) and every controller feature (identity, generation, replicas,
-//!   ordinals, update strategy, pod management, minReadySeconds, templates, status). The pod
+//!   ordinals, update strategy, pod management, minReadySeconds, templates, status), and who
+//!   owns `maxUnavailable` in its managedFields (the gate's evidence). The pod
 //!   template and selector are not read by anyone.
 //! - PersistentVolumeClaim: read whole (the claim controller compares labels, annotations,
 //!   spec and status with the templates); only managedFields go.
@@ -33,7 +34,9 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimStatus, Pod,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    FieldsV1, ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
+};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -164,6 +167,11 @@ pub trait MetaRules {
     const OWNERS: Owners;
     /// Whether finalizers are kept.
     const FINALIZERS: bool;
+    /// Whether the managedFields entries that own a StatefulSet's
+    /// `spec.updateStrategy.rollingUpdate.maxUnavailable` are kept (reduced to that field):
+    /// where the apiserver drops the field (its gate off) the ownership stays, which tells the
+    /// maxUnavailable driver the gate's state before any probe.
+    const MAX_UNAVAILABLE_OWNERS: bool = false;
 }
 
 /// Which owner references are kept.
@@ -194,8 +202,78 @@ struct MetaLite<R: MetaRules> {
     annotations: Filtered<R::Annotations>,
     owner_references: Option<Vec<OwnerReference>>,
     finalizers: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "max_unavailable_owners::<R, _>")]
+    managed_fields: Option<Vec<ManagedFieldsEntry>>,
     #[serde(skip)]
     rules: PhantomData<R>,
+}
+
+/// The path of `spec.updateStrategy.rollingUpdate.maxUnavailable` in a managedFields entry's
+/// `fieldsV1`; every other key is skipped unread.
+#[derive(Deserialize)]
+struct OwnsSpec {
+    #[serde(rename = "f:spec")]
+    spec: Option<OwnsStrategy>,
+}
+
+#[derive(Deserialize)]
+struct OwnsStrategy {
+    #[serde(rename = "f:updateStrategy")]
+    strategy: Option<OwnsRollingUpdate>,
+}
+
+#[derive(Deserialize)]
+struct OwnsRollingUpdate {
+    #[serde(rename = "f:rollingUpdate")]
+    rolling_update: Option<OwnsMaxUnavailable>,
+}
+
+#[derive(Deserialize)]
+struct OwnsMaxUnavailable {
+    #[serde(rename = "f:maxUnavailable")]
+    max_unavailable: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ManagedLite {
+    manager: Option<String>,
+    operation: Option<String>,
+    #[serde(rename = "fieldsV1")]
+    fields: Option<OwnsSpec>,
+}
+
+/// The entries owning maxUnavailable, reduced to it, where `R` keeps them; else skipped.
+fn max_unavailable_owners<'de, R: MetaRules, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<ManagedFieldsEntry>>, D::Error> {
+    if !R::MAX_UNAVAILABLE_OWNERS {
+        IgnoredAny::deserialize(d)?;
+        return Ok(None);
+    }
+    let entries = Option::<Vec<ManagedLite>>::deserialize(d)?.unwrap_or_default();
+    let owners: Vec<ManagedFieldsEntry> = entries
+        .into_iter()
+        .filter(|e| {
+            e.fields
+                .as_ref()
+                .and_then(|f| f.spec.as_ref())
+                .and_then(|s| s.strategy.as_ref())
+                .and_then(|s| s.rolling_update.as_ref())
+                .is_some_and(|r| r.max_unavailable.is_some())
+        })
+        .map(|e| ManagedFieldsEntry {
+            manager: e.manager,
+            operation: e.operation,
+            fields_type: Some("FieldsV1".to_owned()),
+            fields_v1: Some(FieldsV1(
+                serde_json::json!({"f:spec": {"f:updateStrategy": {
+                "f:rollingUpdate": {"f:maxUnavailable": {}}}}}),
+            )),
+            ..ManagedFieldsEntry::default()
+        })
+        .collect();
+    Ok((!owners.is_empty()).then_some(owners))
 }
 
 /// Decodes metadata under the rules `R` into a plain `ObjectMeta`.
@@ -225,7 +303,7 @@ fn meta<'de, R: MetaRules, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::
         annotations: m.annotations.0,
         owner_references,
         finalizers: m.finalizers.filter(|_| R::FINALIZERS),
-        managed_fields: None,
+        managed_fields: m.managed_fields,
         self_link: None,
     })
 }
@@ -306,6 +384,7 @@ impl MetaRules for SetMeta {
     type Annotations = OurKeys;
     const OWNERS: Owners = Owners::None;
     const FINALIZERS: bool = false;
+    const MAX_UNAVAILABLE_OWNERS: bool = true;
 }
 
 /// A StatefulSet as the view keeps it (see the module for its readers).
@@ -606,6 +685,35 @@ mod tests {
             .expect("the full type decodes back");
         assert_eq!(again, lite);
         full
+    }
+
+    #[test]
+    fn a_set_keeps_who_owns_max_unavailable_and_no_other_managed_field() {
+        // As a v1.32 apiserver with the gate off stores an applied `maxUnavailable: 2`: the
+        // field dropped, its ownership kept.
+        let input = json!({"metadata": {"name": "db", "namespace": "team", "managedFields": [
+            {"manager": "kubectl", "operation": "Apply", "apiVersion": "apps/v1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {},
+                "f:updateStrategy": {"f:rollingUpdate": {"f:maxUnavailable": {}}, "f:type": {}}}}},
+            {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}},
+            {"manager": "helm", "operation": "Apply",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:updateStrategy": {
+                "f:rollingUpdate": {"f:partition": {}}}}}}
+        ]}, "spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}}});
+        let set: StatefulSet = keeps::<SetLite>(
+            input,
+            json!({"metadata": {"name": "db", "namespace": "team", "managedFields": [
+                {"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:updateStrategy": {"f:rollingUpdate": {"f:maxUnavailable": {}}}}}}
+            ]}, "spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}}}),
+        );
+        assert_eq!(set.metadata.managed_fields.map(|m| m.len()), Some(1));
+        // Claims keep none.
+        let claim: ClaimLite = serde_json::from_value(json!({"metadata": {"name": "c",
+            "managedFields": managed_fields()}}))
+        .expect("a claim");
+        assert_eq!(claim.metadata.managed_fields, None);
     }
 
     #[test]

@@ -120,7 +120,12 @@ pub struct Elector {
     timing: LeaseTiming,
     observation: Observation,
     last_renew: Option<Instant>,
+    status: Option<StatusAnnotations>,
 }
+
+/// Annotations the holder keeps on its Lease at each renewal (what it knows that others, such
+/// as `check`, read there): no write of its own, they ride on the renewals.
+pub type StatusAnnotations = Box<dyn Fn() -> Vec<(&'static str, String)> + Send + Sync>;
 
 impl Elector {
     pub fn new(api: Api<Lease>, name: &str, identity: &str, timing: LeaseTiming) -> Self {
@@ -131,6 +136,22 @@ impl Elector {
             timing,
             observation: Observation::default(),
             last_renew: None,
+            status: None,
+        }
+    }
+
+    /// Keeps these annotations on the Lease while holding it.
+    pub fn with_status(mut self, status: StatusAnnotations) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    fn annotate(&self, meta: &mut ObjectMeta) {
+        if let Some(status) = &self.status {
+            let annotations = meta.annotations.get_or_insert_with(Default::default);
+            for (key, value) in status() {
+                annotations.insert(key.to_owned(), value);
+            }
         }
     }
 
@@ -150,18 +171,20 @@ impl Elector {
         let result = match decision {
             Decision::Wait { .. } => return Ok(false),
             Decision::Create(spec) => {
-                let lease = Lease {
+                let mut lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.name.clone()),
                         ..ObjectMeta::default()
                     },
                     spec: Some(spec),
                 };
+                self.annotate(&mut lease.metadata);
                 self.api.create(&field_manager::post(), &lease).await
             }
             Decision::Update(spec) => {
                 let mut lease = lease.unwrap_or_default();
                 lease.spec = Some(spec);
+                self.annotate(&mut lease.metadata);
                 // Carries the resourceVersion we read: a concurrent writer makes this a 409.
                 self.api
                     .replace(&self.name, &field_manager::post(), &lease)

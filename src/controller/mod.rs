@@ -131,6 +131,12 @@ impl Controller {
             &self.config.identity,
             self.config.timing.clone(),
         );
+        if self.config.features.max_unavailable {
+            let gate = self.max_unavailable_gate();
+            elector = elector.with_status(Box::new(move || {
+                vec![(crate::names::LEASE_MAX_UNAVAILABLE_GATE, gate_text(&gate))]
+            }));
+        }
         loop {
             if !elector.acquire(&stop).await {
                 return;
@@ -157,6 +163,15 @@ impl Controller {
                 return;
             }
         }
+    }
+}
+
+/// The gate as the Lease tells it: `enabled`, `disabled`, or `unknown` with why.
+fn gate_text(gate: &max_unavailable::GateCell) -> String {
+    match (gate.get(), gate.why_unknown()) {
+        (max_unavailable::GateStatus::Unknown, Some(why)) => format!("unknown: {why}"),
+        (max_unavailable::GateStatus::Unknown, None) => "unknown: not probed yet".to_owned(),
+        (known, _) => known.as_str().to_owned(),
     }
 }
 

@@ -158,9 +158,22 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
         },
     )
     .flatten();
+    // Sets whose maxUnavailable budget waited for the gate, once it is known.
+    let learned = futures::stream::unfold(ctx.clone(), |ctx| async move {
+        let sets = ctx
+            .metrics
+            .max_unavailable
+            .deferred_once_learned()
+            .await
+            .into_iter()
+            .map(|(namespace, name)| key_ref(&namespace, &name))
+            .collect::<Vec<_>>();
+        Some((futures::stream::iter(sets), ctx))
+    })
+    .flatten();
     // Ending the queue lets reconciles in flight finish, then ends the applier.
     let queue = futures::stream::iter(first)
-        .chain(followed)
+        .chain(futures::stream::select(followed, learned))
         .map(Ok::<_, Infallible>)
         .take_until(stop.clone().cancelled_owned());
     let run = controller::applier(

@@ -231,9 +231,28 @@ struct Rollout {
 
 /// Runs the update with the gate as `drop_max_unavailable` makes it, and reports.
 async fn roll(policy: &str, drop_max_unavailable: bool) -> Rollout {
+    roll_with(policy, drop_max_unavailable, Probes::Answered).await
+}
+
+/// How the gate probe fares in a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probes {
+    Answered,
+    /// The first this many fail (500), then the apiserver answers.
+    FailFirst(usize),
+    /// Every probe fails: the driver has only the stored set's evidence.
+    FailAlways,
+}
+
+async fn roll_with(policy: &str, drop_max_unavailable: bool, probes: Probes) -> Rollout {
     let api = FakeApiServer::start().await;
     api.configure(|c| c.drop_statefulset_max_unavailable = drop_max_unavailable);
     let sim = running_set(&api, policy, true).await;
+    match probes {
+        Probes::Answered => {}
+        Probes::FailFirst(n) => api.fail_next("POST", "dryRun=All", 500, n),
+        Probes::FailAlways => api.fail_next("POST", "dryRun=All", 500, usize::MAX),
+    }
     let stored = api.get::<StatefulSet>(NS, SET).expect("stored");
     let native = stored
         .spec
@@ -247,15 +266,21 @@ async fn roll(policy: &str, drop_max_unavailable: bool) -> Rollout {
     );
 
     let controller = RunningController::start(&api, driver_config("replica-a"));
-    let want_gate = if drop_max_unavailable { 0 } else { 1 };
+    let want_gate = match probes {
+        Probes::FailAlways => -1,
+        _ if drop_max_unavailable => 0,
+        _ => 1,
+    };
+    // Failed probes are retried after 1 s, 2 s, 4 s: three are behind in about 7 s.
     assert!(
-        eventually(Duration::from_secs(10), || {
+        eventually(Duration::from_secs(15), || {
             controller
                 .metrics()
                 .contains(&format!("max_unavailable_gate_enabled {want_gate}"))
         })
         .await,
-        "the gate is probed"
+        "the gate is probed: {}",
+        controller.metrics()
     );
     let below = uids_below_partition(&api);
     let (observed, watcher) = watch_invariants(&api);
@@ -299,7 +324,10 @@ async fn roll(policy: &str, drop_max_unavailable: bool) -> Rollout {
 }
 
 async fn rollout_with_the_gate_off(policy: &str) {
-    let r = roll(policy, true).await;
+    check_gate_off_rollout(policy, roll(policy, true).await);
+}
+
+fn check_gate_off_rollout(policy: &str, r: Rollout) {
     let o = &r.observed;
     let succeeded: Vec<&String> = r
         .ours
@@ -364,6 +392,92 @@ async fn rollout_with_the_gate_off(policy: &str) {
         "{}",
         r.metrics
     );
+}
+
+/// A probe that fails (the webhook unreachable, the apiserver restarting) is retried within
+/// seconds, and the rollout gets its budget.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_probe_that_fails_a_few_times_is_retried_within_seconds_and_the_budget_is_driven() {
+    let r = roll_with("OrderedReady", true, Probes::FailFirst(3)).await;
+    assert!(
+        r.metrics
+            .contains("max_unavailable_gate_probes_total{result=\"error\"} 3"),
+        "{}",
+        r.metrics
+    );
+    check_gate_off_rollout("OrderedReady", r);
+}
+
+/// With every probe failing, a set whose stored object shows the field dropped (its owner in
+/// managedFields, the field gone) still has its budget driven.
+#[tokio::test(flavor = "multi_thread")]
+async fn while_the_probe_fails_a_set_that_shows_the_field_dropped_is_driven() {
+    let r = roll_with("OrderedReady", true, Probes::FailAlways).await;
+    check_gate_off_rollout("OrderedReady", r);
+}
+
+/// Without evidence (the annotation alone, which a user may have written) and without an
+/// answer, the set is told why its budget waits; once the probe answers it is driven at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_evidence_a_set_is_told_why_and_driven_once_the_gate_is_known() {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| c.drop_statefulset_max_unavailable = true);
+    let mut set = web("OrderedReady");
+    if let Some(r) = set
+        .spec
+        .update_strategy
+        .as_mut()
+        .and_then(|s| s.rolling_update.as_mut())
+    {
+        r.max_unavailable = None;
+    }
+    let sim = running(&api, &set, true).await;
+    api.fail_next("POST", "dryRun=All", 500, usize::MAX);
+    let mut cfg = driver_config("replica-a");
+    cfg.max_unavailable.probe_retry = Duration::from_millis(300);
+    let controller = RunningController::start(&api, cfg);
+    assert!(
+        eventually(Duration::from_secs(10), || controller
+            .metrics()
+            .contains("max_unavailable_gate_probes_total{result=\"error\"}"))
+        .await
+    );
+    update_image(&api).await;
+    let not_driven = || {
+        api.list::<k8s_openapi::api::events::v1::Event>()
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("MaxUnavailableNotDriven"))
+            .collect::<Vec<_>>()
+    };
+    assert!(eventually(Duration::from_secs(10), || !not_driven().is_empty()).await);
+    let event = &not_driven()[0];
+    let note = event.note.clone().unwrap_or_default();
+    assert!(
+        note.starts_with("maxUnavailable 2 is not driven yet")
+            && note.contains("the probe failed")
+            && note.contains("500"),
+        "{note}"
+    );
+    assert!(
+        pod_deletions(&api).is_empty(),
+        "nothing deleted without the gate"
+    );
+    // The apiserver answers: the deferred set is looked at at once, well before its recheck.
+    api.clear_faults();
+    let started = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(10), || !pod_deletions(&api).is_empty()).await,
+        "driven once the gate is known"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(eventually(Duration::from_secs(30), || rolled_out(&api)).await);
+    assert_eq!(not_driven().len(), 1, "said once");
+    controller.stop().await;
+    sim.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -30,7 +30,8 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
             return Ok(None);
         }
     };
-    match metrics.gate() {
+    let plan = plan::plan(&rollout, &snapshot.pods, jiff::Timestamp::now());
+    match metrics.gate_or_evidence(&snapshot.set) {
         GateStatus::Disabled => {}
         GateStatus::Enabled => {
             // The built-in controller honours the field itself.
@@ -39,10 +40,21 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         }
         GateStatus::Unknown => {
             metrics.forget(namespace, name);
+            metrics.defer(namespace, name);
+            if !plan.deletions.is_empty() {
+                // A rollout the budget would speed up: say why it goes one pod at a time.
+                ctx.exec
+                    .report(&gate_unknown(
+                        snapshot,
+                        &rollout,
+                        &plan,
+                        &metrics.gate_cell(),
+                    ))
+                    .await;
+            }
             return Ok(Some(GATE_UNKNOWN_RECHECK));
         }
     }
-    let plan = plan::plan(&rollout, &snapshot.pods, jiff::Timestamp::now());
     metrics.observe(
         SetLabels {
             namespace: namespace.to_owned(),
@@ -132,6 +144,36 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         return Err(error.into());
     }
     Ok(plan.recheck_after)
+}
+
+/// The Event of a set whose budget cannot be driven while the gate is unknown: once per set
+/// and update revision.
+pub fn gate_unknown(
+    snapshot: &SetSnapshot,
+    rollout: &plan::Rollout,
+    plan: &plan::Plan,
+    gate: &super::GateCell,
+) -> Report {
+    let why = gate.why_unknown().map_or_else(
+        || "it has not been probed yet".to_owned(),
+        |e| format!("the probe failed: {e}"),
+    );
+    let note = format!(
+        "maxUnavailable {} is not driven yet: whether the apiserver keeps \
+         spec.updateStrategy.rollingUpdate.maxUnavailable (its MaxUnavailableStatefulSet gate) is \
+         not known ({why}); the StatefulSet controller replaces one pod at a time until it is",
+        plan.max_unavailable
+    );
+    Report::warning(
+        set_ref(snapshot),
+        "MaxUnavailableNotDriven",
+        "DeletePods",
+        note,
+    )
+    .once(format!(
+        "max-unavailable-gate/{}/{}",
+        rollout.uid, rollout.update_revision
+    ))
 }
 
 fn set_ref(snapshot: &SetSnapshot) -> k8s_openapi::api::core::v1::ObjectReference {

@@ -119,9 +119,42 @@ pub async fn probe(client: kube::Client, namespace: &str) -> Result<GateStatus, 
     Ok(gate_from_answer(&answer))
 }
 
-/// Probes at start and every `probe_interval` (sooner again after a failure), until `stop`;
-/// also sweeps metric series of StatefulSets that are gone. With the gate set by flag, only
-/// records that.
+/// What a stored set tells of the gate, before or without a probe: a set that kept
+/// `spec.updateStrategy.rollingUpdate.maxUnavailable` shows it on; one whose managedFields
+/// say a writer set the field though the stored object lacks it shows it dropped (off, or an
+/// apiserver from before the field). `None` when the set says neither.
+pub fn evidence(set: &StatefulSet) -> Option<GateStatus> {
+    let kept = set
+        .spec
+        .update_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update.as_ref())
+        .is_some_and(|r| r.max_unavailable.is_some());
+    if kept {
+        return Some(GateStatus::Enabled);
+    }
+    let owned = set.metadata.managed_fields.iter().flatten().any(|m| {
+        m.fields_v1
+            .as_ref()
+            .and_then(|f| {
+                f.0.pointer("/f:spec/f:updateStrategy/f:rollingUpdate/f:maxUnavailable")
+            })
+            .is_some()
+    });
+    owned.then_some(GateStatus::Disabled)
+}
+
+/// The wait before the next probe after `failures` failed ones in a row: 1 s, doubling, at
+/// most `cap` (client-go's backoff shape, without jitter: one prober per process).
+pub fn retry_after(failures: u32, cap: Duration) -> Duration {
+    let doubled = Duration::from_secs(1).saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    doubled.min(cap).max(Duration::from_millis(1))
+}
+
+/// Probes at start and every `probe_interval`; after a failure again with backoff (1 s,
+/// doubling, at most `probe_retry`) until the apiserver answers; and at once when the
+/// apiserver's version changes (an upgrade can flip the gate's default). Also sweeps metric
+/// series of StatefulSets that are gone. With the gate set by flag, only records that.
 pub async fn run_gate_probe(ctx: Arc<Ctx>, stop: CancellationToken) {
     let settings = ctx.config.max_unavailable.clone();
     let metrics = &ctx.metrics.max_unavailable;
@@ -134,6 +167,11 @@ pub async fn run_gate_probe(ctx: Arc<Ctx>, stop: CancellationToken) {
     };
     let mut sweep = tokio::time::interval(METRICS_SWEEP);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut version_check = tokio::time::interval(settings.version_check);
+    version_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The version the last answered probe was made against, and failures in a row since.
+    let mut probed_version: Option<String> = None;
+    let mut failures = 0u32;
     loop {
         let probe_due = async {
             match next_probe {
@@ -144,9 +182,24 @@ pub async fn run_gate_probe(ctx: Arc<Ctx>, stop: CancellationToken) {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = sweep.tick() => metrics.sweep(|ns, name| ctx.view.has_stateful_set(ns, name)),
+            _ = version_check.tick(), if next_probe.is_some() && probed_version.is_some() => {
+                if let Ok(info) = ctx.client.apiserver_version().await
+                    && probed_version.as_deref() != Some(info.git_version.as_str())
+                {
+                    tracing::info!(
+                        version = %info.git_version,
+                        previous = probed_version.as_deref().unwrap_or(""),
+                        "the apiserver's version changed: probing the MaxUnavailableStatefulSet gate again"
+                    );
+                    next_probe = Some(tokio::time::Instant::now());
+                }
+            }
             _ = probe_due => {
+                let version = ctx.client.apiserver_version().await.ok().map(|i| i.git_version);
                 let wait = match probe(ctx.client.clone(), &ctx.config.namespace).await {
                     Ok(status) => {
+                        failures = 0;
+                        probed_version = version.or(probed_version);
                         let previous = metrics.record_gate(status);
                         if previous != status {
                             tracing::info!(
@@ -163,14 +216,18 @@ pub async fn run_gate_probe(ctx: Arc<Ctx>, stop: CancellationToken) {
                         settings.probe_interval
                     }
                     Err(error) => {
+                        failures = failures.saturating_add(1);
                         metrics.probed("error");
+                        let wait = retry_after(failures, settings.probe_retry.min(settings.probe_interval));
+                        metrics.probe_failed(&error.to_string());
                         tracing::warn!(
                             %error,
                             namespace = %ctx.config.namespace,
                             last_known = metrics.gate().as_str(),
+                            retry_in = ?wait,
                             "MaxUnavailableStatefulSet gate probe (dry-run create of a StatefulSet) failed; keeping the last known state"
                         );
-                        settings.probe_retry.min(settings.probe_interval)
+                        wait
                     }
                 };
                 next_probe = Some(tokio::time::Instant::now() + wait);
@@ -210,6 +267,52 @@ mod tests {
         // An apiserver from before the field: the whole rollingUpdate may come back bare.
         dropped.spec.update_strategy = None;
         assert_eq!(gate_from_answer(&dropped), GateStatus::Disabled);
+    }
+
+    #[test]
+    fn a_failed_probe_is_retried_after_a_second_then_doubling_up_to_the_cap() {
+        let cap = Duration::from_secs(60);
+        let waits: Vec<u64> = (1..=9).map(|n| retry_after(n, cap).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(retry_after(u32::MAX, cap), cap);
+        assert_eq!(
+            retry_after(3, Duration::from_millis(500)),
+            Duration::from_millis(500)
+        );
+    }
+
+    #[test]
+    fn a_stored_set_shows_the_gate_by_the_field_or_its_dropped_ownership() {
+        let set = |spec: serde_json::Value, managed: serde_json::Value| -> StatefulSet {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "db", "managedFields": managed}, "spec": spec}))
+            .expect("a set")
+        };
+        let strategy = |rolling: serde_json::Value| {
+            serde_json::json!({"selector": {}, "serviceName": "db", "template": {},
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": rolling}})
+        };
+        let owns = serde_json::json!([{"manager": "helm", "operation": "Apply",
+            "fieldsV1": {"f:spec": {"f:updateStrategy": {"f:rollingUpdate": {"f:maxUnavailable": {}}}}}}]);
+        let other = serde_json::json!([{"manager": "helm", "operation": "Apply",
+            "fieldsV1": {"f:spec": {"f:updateStrategy": {"f:rollingUpdate": {"f:partition": {}}}}}}]);
+        let kept = strategy(serde_json::json!({"maxUnavailable": 2}));
+        let dropped = strategy(serde_json::json!({"partition": 0}));
+        assert_eq!(
+            evidence(&set(kept.clone(), owns.clone())),
+            Some(GateStatus::Enabled)
+        );
+        assert_eq!(
+            evidence(&set(kept, other.clone())),
+            Some(GateStatus::Enabled)
+        );
+        assert_eq!(
+            evidence(&set(dropped.clone(), owns)),
+            Some(GateStatus::Disabled)
+        );
+        // The annotation alone (or nothing) tells nothing: the user may have written it.
+        assert_eq!(evidence(&set(dropped.clone(), other)), None);
+        assert_eq!(evidence(&set(dropped, serde_json::Value::Null)), None);
     }
 
     #[test]

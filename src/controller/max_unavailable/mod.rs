@@ -15,7 +15,7 @@ pub mod act;
 pub mod gate;
 pub mod plan;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ use prometheus_client::registry::Registry;
 pub use act::sync;
 pub use gate::{GateCell, GateMode, run_gate_probe};
 
-use crate::admission::GateStatus;
+pub use crate::admission::GateStatus;
 
 /// Settings of the feature, from the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,8 +37,11 @@ pub struct Settings {
     pub gate: GateMode,
     /// Time between probes.
     pub probe_interval: Duration,
-    /// Time before probing again after a failed probe.
+    /// The longest wait before probing again after failed probes (the first retry is after
+    /// a second, each next one twice as long).
     pub probe_retry: Duration,
+    /// How often the apiserver's version is read, to probe again when it changes.
+    pub version_check: Duration,
 }
 
 impl Default for Settings {
@@ -47,6 +50,7 @@ impl Default for Settings {
             gate: GateMode::Auto,
             probe_interval: Duration::from_secs(3600),
             probe_retry: Duration::from_secs(60),
+            version_check: Duration::from_secs(60),
         }
     }
 }
@@ -75,6 +79,12 @@ pub struct Metrics {
     /// Label sets in use per `(namespace, name)`, so that series of sets the driver no longer
     /// handles (deleted, gate on, maxUnavailable removed) go away: bounded cardinality.
     series: Mutex<HashMap<(String, String), SetLabels>>,
+    /// The gate as the last stored set with evidence showed it (used while unknown).
+    evidence: GateCell,
+    /// Sets whose budget waits for the gate (bounded by the sets there are), and the signal
+    /// that it was learned.
+    deferred: Mutex<HashSet<(String, String)>>,
+    gate_learned: tokio::sync::Notify,
 }
 
 impl Metrics {
@@ -87,6 +97,9 @@ impl Metrics {
             unavailable_replicas: Family::default(),
             deleted_pods: Counter::default(),
             series: Mutex::new(HashMap::new()),
+            evidence: GateCell::default(),
+            deferred: Mutex::new(HashSet::new()),
+            gate_learned: tokio::sync::Notify::new(),
         };
         metrics.gate_enabled.set(GateStatus::Unknown.metric_value());
         registry.register(
@@ -133,10 +146,51 @@ impl Metrics {
         }
     }
 
-    /// Stores a probe result; returns the previous state.
+    /// Stores a probe result; returns the previous state. Sets deferred while it was
+    /// unknown are looked at again.
     pub fn record_gate(&self, status: GateStatus) -> GateStatus {
         self.gate_enabled.set(status.metric_value());
-        self.gate.set(status)
+        let previous = self.gate.set(status);
+        if previous != status {
+            self.gate_learned.notify_one();
+        }
+        previous
+    }
+
+    /// A probe failed: while the state is unknown, this is why.
+    pub fn probe_failed(&self, error: &str) {
+        self.gate.unknown_because(error);
+    }
+
+    /// The gate as this process knows it, else as the stored sets show it: the evidence of
+    /// `set`, else the last evidence any set gave (see [`gate::evidence`]).
+    pub fn gate_or_evidence(&self, set: &k8s_openapi::api::apps::v1::StatefulSet) -> GateStatus {
+        match self.gate.get() {
+            GateStatus::Unknown => match gate::evidence(set) {
+                Some(seen) => {
+                    self.evidence.set(seen);
+                    seen
+                }
+                None => self.evidence.get(),
+            },
+            known => known,
+        }
+    }
+
+    /// Remembers a set whose budget could not be driven because the gate is unknown.
+    pub fn defer(&self, namespace: &str, name: &str) {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((namespace.to_owned(), name.to_owned()));
+    }
+
+    /// Waits until the gate's state changes, then hands over the sets deferred meanwhile.
+    pub async fn deferred_once_learned(&self) -> Vec<(String, String)> {
+        self.gate_learned.notified().await;
+        std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()))
+            .into_iter()
+            .collect()
     }
 
     pub fn probed(&self, result: &'static str) {

@@ -36,6 +36,17 @@ pub fn gate_off_annotation() -> Scenario {
     }
 }
 
+/// The controller starts while its webhook is unreachable and its gate probe is refused (no
+/// `create` on StatefulSets yet); once the probe is allowed and a webhook replica is back, the
+/// gate is learned within seconds and a rollout still keeps two pods updating at once.
+pub fn gate_learned_late() -> Scenario {
+    Scenario {
+        name: "max_unavailable_gate_learned_after_failed_probes",
+        cluster: Which::Default,
+        body: |scope| rollout_with(scope, Spelling::Field, Gate::Off, Start::ProbeRefused).boxed(),
+    }
+}
+
 pub fn gate_on() -> Scenario {
     Scenario {
         name: "max_unavailable_gate_on_builtin_drives",
@@ -66,10 +77,26 @@ enum Gate {
     On,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    Normal,
+    /// The gate probe refused (RBAC) and the webhook unreachable when the controller starts.
+    ProbeRefused,
+}
+
 const REPLICAS: usize = 5;
 const BUDGET: usize = 2;
 
 async fn rollout(scope: Scope, spelling: Spelling, gate: Gate) -> anyhow::Result<()> {
+    rollout_with(scope, spelling, gate, Start::Normal).await
+}
+
+async fn rollout_with(
+    scope: Scope,
+    spelling: Spelling,
+    gate: Gate,
+    start: Start,
+) -> anyhow::Result<()> {
     let s = scope.scenario;
     let ns = scope.ns.clone();
     let cluster = scope.cluster();
@@ -79,7 +106,14 @@ async fn rollout(scope: Scope, spelling: Spelling, gate: Gate) -> anyhow::Result
         vec![objects::storage_class(s, &class, true, json!({}))],
     )?;
     let node = actors::start(&scope, vec![ns.clone()]);
-    let serve = scope.serve(ServeOptions::default()).await?;
+    let serve = match start {
+        Start::Normal => scope.serve(ServeOptions::default()).await?,
+        Start::ProbeRefused => {
+            let refused = probe_refused_then_learned(&scope).await;
+            scope.install.restore_access()?;
+            refused?
+        }
+    };
     let strategy = match spelling {
         Spelling::Field => json!({"spec": {"updateStrategy": {"type": "RollingUpdate",
             "rollingUpdate": {"maxUnavailable": BUDGET}}}}),
@@ -184,6 +218,82 @@ async fn rollout(scope: Scope, spelling: Spelling, gate: Gate) -> anyhow::Result
         ),
     }
     Ok(())
+}
+
+/// Starts the controller unreachable behind the front, with its probe refused: the gate
+/// stays unknown and the Lease says why. Then allows the probe and starts a webhook-only
+/// replica behind the front; returns the controller's replica once it has learned the gate.
+async fn probe_refused_then_learned(scope: &Scope) -> anyhow::Result<Serve> {
+    let s = scope.scenario;
+    step(
+        s,
+        "controller starts: webhook unreachable, gate probe refused",
+    );
+    scope.install.revoke("apps", "statefulsets", "create")?;
+    // The authorizer follows the role within moments.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let serve = scope
+        .serve(ServeOptions {
+            unreachable: true,
+            ..ServeOptions::default()
+        })
+        .await?;
+    eventually("failed probes", Duration::from_secs(30), || async {
+        let failed = serve
+            .metric("stateful_admission_max_unavailable_gate_probes_total{result=\"error\"}")
+            .await?;
+        let gate = serve
+            .metric("stateful_admission_max_unavailable_gate_enabled")
+            .await?;
+        anyhow::ensure!(
+            failed >= 2.0 && gate == -1.0,
+            "failed {failed}, gate {gate}"
+        );
+        Ok(())
+    })
+    .await?;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(scope.client(), install::NAMESPACE);
+    eventually(
+        "the Lease naming the unknown gate",
+        Duration::from_secs(10),
+        || async {
+            let said = leases
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|l| l.metadata.annotations)
+                .filter_map(|a| a.get("stateful-admission.io/max-unavailable-gate").cloned())
+                .collect::<Vec<_>>();
+            anyhow::ensure!(
+                said.iter()
+                    .any(|t| t.starts_with("unknown: ") && t.contains("forbidden")),
+                "{said:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+
+    step(
+        s,
+        "the probe allowed and a webhook replica back: the gate is learned",
+    );
+    scope.install.restore_access()?;
+    let _webhook = scope
+        .serve(ServeOptions::args(&["--controller=false"]))
+        .await?;
+    // Retries after 1, 2, 4, 8 … s: the next one is at most about 16 s away here.
+    eventually("the gate learned", Duration::from_secs(40), || async {
+        let gate = serve
+            .metric("stateful_admission_max_unavailable_gate_enabled")
+            .await?;
+        anyhow::ensure!(gate == 0.0, "gate {gate}");
+        Ok(())
+    })
+    .await?;
+    Ok(serve)
 }
 
 fn annotation<'a>(set: &'a StatefulSet, key: &str) -> Option<&'a str> {

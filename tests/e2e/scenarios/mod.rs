@@ -24,6 +24,7 @@ pub fn all() -> Vec<Scenario> {
         crash::apply_during_recreate(),
         max_unavailable::gate_off_field(),
         max_unavailable::gate_off_annotation(),
+        max_unavailable::gate_learned_late(),
         max_unavailable::gate_on(),
         max_unavailable::volume_attributes_class(),
         status_wait::status_wait(),

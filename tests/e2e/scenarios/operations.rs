@@ -381,16 +381,24 @@ async fn check_steps(
     let _webhook = scope
         .serve(ServeOptions::args(&["--controller=false"]))
         .await?;
-    eventually("the Lease held", Duration::from_secs(30), || async {
-        anyhow::ensure!(
-            leader
-                .metric("stateful_admission_controller_leader")
-                .await?
-                == 1.0,
-            "not leading yet"
-        );
-        Ok(())
-    })
+    eventually(
+        "the Lease held, with the gate probed",
+        Duration::from_secs(30),
+        || async {
+            anyhow::ensure!(
+                leader
+                    .metric("stateful_admission_controller_leader")
+                    .await?
+                    == 1.0,
+                "not leading yet"
+            );
+            // The Lease says what the gate probe found at the next renewal.
+            let (report, _) = run_check(scope)?;
+            let gate = statuses(&report).get("maxUnavailable gate").cloned();
+            anyhow::ensure!(gate.as_deref() == Some("ok"), "gate {gate:?}");
+            Ok(())
+        },
+    )
     .await?;
 
     step(s, "check against the install: every check ok");
@@ -407,6 +415,7 @@ async fn check_steps(
         "dry-run StatefulSet template edit",
         "dry-run PersistentVolumeClaim create",
         "controller lease",
+        "maxUnavailable gate",
         "service account permissions",
         "kubernetes version",
     ] {

@@ -271,40 +271,42 @@ async fn write_token_kubeconfig(cluster: &Cluster, path: &Path) -> anyhow::Resul
 }
 
 impl Install {
-    /// The chart's ClusterRole without `verb` on `resource` (`group/resource`, `""` group for
-    /// the core), applied as Helm would; [`Install::restore_access`] puts the chart's back. The
-    /// apiserver's RBAC authorizer follows within moments.
+    /// The chart's ClusterRole and Role without `verb` on `resource` (`group/resource`, `""`
+    /// group for the core), applied as Helm would; [`Install::restore_access`] puts the chart's
+    /// back. The apiserver's RBAC authorizer follows within moments.
     pub fn revoke(&self, group: &str, resource: &str, verb: &str) -> anyhow::Result<()> {
-        let mut role = self.cluster_role()?;
-        if let Some(rules) = role["rules"].as_array_mut() {
-            for rule in rules.iter_mut() {
-                let hits = |key: &str, want: &str| {
-                    rule[key]
-                        .as_array()
-                        .is_some_and(|v| v.iter().any(|x| x == want))
-                };
-                if hits("apiGroups", group)
-                    && hits("resources", resource)
-                    && let Some(verbs) = rule["verbs"].as_array_mut()
-                {
-                    verbs.retain(|v| v != verb);
+        let mut roles = self.roles();
+        for role in &mut roles {
+            if let Some(rules) = role["rules"].as_array_mut() {
+                for rule in rules.iter_mut() {
+                    let hits = |key: &str, want: &str| {
+                        rule[key]
+                            .as_array()
+                            .is_some_and(|v| v.iter().any(|x| x == want))
+                    };
+                    if hits("apiGroups", group)
+                        && hits("resources", resource)
+                        && let Some(verbs) = rule["verbs"].as_array_mut()
+                    {
+                        verbs.retain(|v| v != verb);
+                    }
                 }
+                rules.retain(|r| r["verbs"].as_array().is_some_and(|v| !v.is_empty()));
             }
-            rules.retain(|r| r["verbs"].as_array().is_some_and(|v| !v.is_empty()));
         }
-        apply(&self.cluster, vec![role])
+        apply(&self.cluster, roles)
     }
 
-    /// The chart's ClusterRole again.
+    /// The chart's ClusterRole and Role again.
     pub fn restore_access(&self) -> anyhow::Result<()> {
-        apply(&self.cluster, vec![self.cluster_role()?])
+        apply(&self.cluster, self.roles())
     }
 
-    fn cluster_role(&self) -> anyhow::Result<Value> {
+    fn roles(&self) -> Vec<Value> {
         self.documents
             .iter()
-            .find(|d| d["kind"] == "ClusterRole")
+            .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
             .cloned()
-            .context("the chart renders no ClusterRole")
+            .collect()
     }
 }

@@ -352,8 +352,16 @@ fn complete(
     store: &mut super::store::Store,
     config: &super::FakeApiConfig,
     request: &WriteRequest<'_>,
-    prepared: Prepared,
+    mut prepared: Prepared,
 ) -> Result<Prepared, ApiError> {
+    if request.target == Target::Main {
+        registry::drop_disabled_fields(
+            config,
+            request.resource,
+            prepared.current.as_ref(),
+            &mut prepared.object,
+        );
+    }
     let object = match &prepared.current {
         None => registry::complete_create(store, request.resource, prepared.object)?,
         Some(current) => {

@@ -707,24 +707,38 @@ fn initial_status(resource: &ResourceType) -> Option<Value> {
     }
 }
 
-/// Defaulting, and dropping fields behind disabled feature gates (kept if already in use).
+/// Defaulting, as the apiserver does while decoding a request (before the field manager and
+/// admission see it).
 pub fn apply_defaults(
+    _config: &FakeApiConfig,
+    resource: &ResourceType,
+    _old: Option<&Value>,
+    object: &mut Value,
+) {
+    if std::ptr::eq(resource, &resources::STATEFULSETS) {
+        validation::default_statefulset(object);
+    } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
+        validation::default_pvc(object);
+    } else if std::ptr::eq(resource, &resources::SECRETS) {
+        validation::default_secret(object);
+    }
+}
+
+/// Drops fields behind disabled feature gates (kept if already in use), as the registry's
+/// PrepareForCreate/PrepareForUpdate does: after mutating admission, and after the field
+/// manager recorded who set them (a v1.32 apiserver with `MaxUnavailableStatefulSet` off
+/// keeps `f:maxUnavailable` in managedFields while it drops the field).
+pub fn drop_disabled_fields(
     config: &FakeApiConfig,
     resource: &ResourceType,
     old: Option<&Value>,
     object: &mut Value,
 ) {
-    if std::ptr::eq(resource, &resources::STATEFULSETS) {
-        validation::default_statefulset(object);
-        if config.drop_statefulset_max_unavailable
-            && !old.is_some_and(validation::uses_max_unavailable)
-        {
-            validation::drop_max_unavailable(object);
-        }
-    } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
-        validation::default_pvc(object);
-    } else if std::ptr::eq(resource, &resources::SECRETS) {
-        validation::default_secret(object);
+    if std::ptr::eq(resource, &resources::STATEFULSETS)
+        && config.drop_statefulset_max_unavailable
+        && !old.is_some_and(validation::uses_max_unavailable)
+    {
+        validation::drop_max_unavailable(object);
     }
 }
 

@@ -38,6 +38,7 @@ impl FakeApiServer {
                 let (namespace, name) = namespace_and_name(&object);
                 assert!(!name.is_empty(), "seed: metadata.name is required");
                 registry::apply_defaults(&config, resource, None, &mut object);
+                registry::drop_disabled_fields(&config, resource, None, &mut object);
                 let uid = match meta_str(&object, "uid") {
                     Some(_) => None,
                     None => Some(store.new_uid()),
