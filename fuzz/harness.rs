@@ -20,11 +20,13 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use serde::Deserialize;
 use serde_json::Value;
-use stateful_admission::admission::builder::ReviewBuilder;
-use stateful_admission::admission::offline::{self, BadReview, Phases};
-use stateful_admission::admission::{self, Context, Phase, Policy, wire};
+use stateful_admission::admission::{self, Context, Phase, Policy};
 use stateful_admission::cluster::{ClusterView, state_file};
 use stateful_admission::quantity::Quantity;
+use stateful_admission::review::BadReview;
+use stateful_admission::review::builder::ReviewBuilder;
+use stateful_admission::review::offline::{self, Phases};
+use stateful_admission::review::{self, wire};
 
 /// Cluster state of the rule tests: classes with and without expansion and a size limit, a
 /// namespace with its own default class, a set with stored desired templates, orphaned claims.
@@ -197,9 +199,9 @@ fn check_review(raw: &Value, view: &ClusterView) {
         let verdict = admission::evaluate(phase, &req, &ctx);
         let patch = verdict.patch.clone();
         let allowed = verdict.is_allowed();
-        let response = admission::respond(&req, verdict);
+        let response = review::respond(&req, verdict);
         assert_eq!(response.uid, req.uid, "the response echoes the request uid");
-        let bytes = admission::encode_review(response.into_review()).expect("the response encodes");
+        let bytes = review::encode_review(response.into_review()).expect("the response encodes");
         serde_json::from_slice::<Value>(&bytes).expect("the response is JSON");
         if allowed && !patch.is_empty() {
             let mut object = raw

@@ -16,6 +16,7 @@ pub mod controller;
 pub mod field_manager;
 pub mod names;
 pub mod quantity;
+pub mod review;
 pub mod server;
 pub mod status;
 pub mod telemetry;

@@ -6,7 +6,6 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use stateful_admission::admission::offline::{self, Phases};
 use stateful_admission::admission::{Context, Phase};
 use stateful_admission::certs::{self, rotation::Lifetimes, self_managed::SelfManagedConfig};
 use stateful_admission::cli::{
@@ -15,6 +14,7 @@ use stateful_admission::cli::{
 };
 use stateful_admission::cluster::{ClusterView, state_file, watch};
 use stateful_admission::controller::{Controller, ControllerConfig};
+use stateful_admission::review::offline::{self, Phases};
 use stateful_admission::server::{Companion, ListenerLimits, ServeConfig, Server, TlsSource};
 use stateful_admission::telemetry::{self, LogFormat};
 use stateful_admission::write_limit;

@@ -9,8 +9,9 @@ use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use serde::Deserialize;
 use serde_json::Value;
-use stateful_admission::admission::{self, Context, Phase, Verdict, wire};
+use stateful_admission::admission::{self, Context, Phase, Verdict};
 use stateful_admission::cluster::ClusterView;
+use stateful_admission::review::{self, wire};
 
 // The allocator of the production binary (src/main.rs), so that the numbers are its numbers.
 stateful_admission::global_allocator!();
@@ -87,8 +88,7 @@ pub fn evaluate(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Conte
 }
 
 pub fn respond_encode(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> Vec<u8> {
-    admission::encode_review(admission::respond(req, verdict).into_review())
-        .expect("responses encode")
+    review::encode_review(review::respond(req, verdict).into_review()).expect("responses encode")
 }
 
 /// The whole pure path, as the handler runs it: decode, evaluate, respond, encode.

@@ -1,21 +1,18 @@
 //! The pure core: admission rules as plain functions from a request (and a read-only view of
-//! the cluster) to a [`Verdict`]. No HTTP, no API client, no clock in here; the server, the
-//! `review` command and the tests all call [`evaluate`] and [`respond`].
+//! the cluster) to a [`Verdict`]. No HTTP, no API client, no clock, no AdmissionReview envelope
+//! in here: [`crate::review`] decodes a review, calls [`evaluate`] and renders the answer, for
+//! the server and the `review` command alike.
 
-pub mod builder;
 pub mod claim;
 pub mod field;
 pub mod gate;
-pub mod offline;
 pub mod set_claims;
 pub mod statefulset;
 pub mod warning;
-pub mod wire;
 
 use json_patch::PatchOperation;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
-use kube::core::response::{StatusCause, StatusDetails};
-use kube::core::{DynamicObject, GroupVersionResource, Status};
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::{DynamicObject, GroupVersionResource};
 
 use std::sync::Arc;
 
@@ -162,50 +159,6 @@ impl AdmissionMode {
 /// Starts the warning that carries a denial the `Warn` mode let through.
 pub const WOULD_DENY_PREFIX: &str = "would be denied (admission mode warn)";
 
-/// A denial that [`AdmissionMode::Warn`] turned into a warning.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WouldDeny {
-    /// The status reason the denial would carry: `Invalid` or `Forbidden`.
-    pub reason: &'static str,
-    /// The denial's message, as the client would have seen it.
-    pub message: String,
-}
-
-/// Applies `mode` to the verdict of one phase: the one place where a denial becomes a warning.
-/// In `Enforce` mode the verdict is returned as it is.
-pub fn apply_mode(
-    mode: AdmissionMode,
-    req: &AdmissionRequest<DynamicObject>,
-    verdict: Verdict,
-) -> (Verdict, Option<WouldDeny>) {
-    let Verdict {
-        denial,
-        patch,
-        warnings,
-    } = verdict;
-    let denial = match (mode, denial) {
-        (AdmissionMode::Warn, Some(denial)) => denial,
-        (_, denial) => {
-            let verdict = Verdict {
-                denial,
-                patch,
-                warnings,
-            };
-            return (verdict, None);
-        }
-    };
-    let reason = match denial {
-        Denial::Invalid(_) => "Invalid",
-        Denial::Forbidden(_) => "Forbidden",
-    };
-    let message = denial_status(req, denial).message;
-    // First, so that the apiserver's cut of long warning lists never drops it.
-    let mut allowed = Verdict::allow();
-    allowed.warn_all(warning::Warning::new(WOULD_DENY_PREFIX).fact(message.clone()));
-    allowed.warnings.extend(warnings);
-    (allowed, Some(WouldDeny { reason, message }))
-}
-
 /// Everything a rule may consult besides the request.
 #[derive(Clone, Copy)]
 pub struct Context<'a> {
@@ -337,135 +290,5 @@ pub fn evaluate(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Conte
     match route {
         Route::StatefulSet => statefulset::review(phase, req, ctx),
         Route::Claim => claim::review(phase, req, ctx),
-    }
-}
-
-/// Serialises a review for the wire. The `patch` goes out as a base64 string, the encoding
-/// `admission.k8s.io/v1` documents for a byte field (kube's type would write an array of
-/// numbers).
-pub fn encode_review(
-    mut review: kube::core::admission::AdmissionReview<DynamicObject>,
-) -> serde_json::Result<Vec<u8>> {
-    use base64::Engine as _;
-
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Encoded<'a> {
-        api_version: &'a str,
-        kind: &'a str,
-        response: EncodedResponse<'a>,
-    }
-    #[derive(serde::Serialize)]
-    struct EncodedResponse<'a> {
-        #[serde(flatten)]
-        response: &'a AdmissionResponse,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        patch: Option<String>,
-    }
-
-    let Some(response) = review.response.as_mut() else {
-        return serde_json::to_vec(&review);
-    };
-    let patch = response
-        .patch
-        .take()
-        .map(|p| base64::engine::general_purpose::STANDARD.encode(p));
-    serde_json::to_vec(&Encoded {
-        api_version: &review.types.api_version,
-        kind: &review.types.kind,
-        response: EncodedResponse { response, patch },
-    })
-}
-
-/// Renders a verdict as the AdmissionResponse for `req`; the uid is always the request's.
-pub fn respond(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> AdmissionResponse {
-    let mut response = AdmissionResponse::from(req);
-    if !verdict.warnings.is_empty() {
-        response.warnings = Some(warning::fit(verdict.warnings));
-    }
-    match verdict.denial {
-        None if verdict.patch.is_empty() => response,
-        None => {
-            let patch = json_patch::Patch(verdict.patch);
-            match response.clone().with_patch(patch) {
-                Ok(r) => r,
-                // Serialising a patch of JSON values cannot fail; deny rather than panic.
-                Err(e) => response.deny(format!("internal error: {e}")),
-            }
-        }
-        Some(denial) => {
-            response.allowed = false;
-            response.result = denial_status(req, denial);
-            response
-        }
-    }
-}
-
-fn denial_status(req: &AdmissionRequest<DynamicObject>, denial: Denial) -> Status {
-    let name = if req.name.is_empty() {
-        req.object
-            .as_ref()
-            .and_then(|o| o.metadata.generate_name.clone())
-            .unwrap_or_default()
-    } else {
-        req.name.clone()
-    };
-    match denial {
-        Denial::Invalid(errors) => {
-            // apierrors.NewInvalid
-            let kind = &req.kind;
-            let qualified = if kind.group.is_empty() {
-                kind.kind.clone()
-            } else {
-                format!("{}.{}", kind.kind, kind.group)
-            };
-            let message = format!(
-                "{qualified} {name:?} is invalid: {}",
-                field::aggregate(&errors)
-            );
-            let causes = errors
-                .iter()
-                .map(|e| StatusCause {
-                    reason: cause_reason(&e.error_type).to_owned(),
-                    message: e
-                        .to_string()
-                        .split_once(": ")
-                        .map_or_else(String::new, |(_, m)| m.to_owned()),
-                    field: e.field.clone(),
-                })
-                .collect();
-            Status::failure(&message, "Invalid")
-                .with_code(422)
-                .with_details(StatusDetails {
-                    name,
-                    group: kind.group.clone(),
-                    kind: kind.kind.clone(),
-                    uid: String::new(),
-                    causes,
-                    retry_after_seconds: 0,
-                })
-        }
-        Denial::Forbidden(detail) => {
-            // admission.NewForbidden / apierrors.NewForbidden
-            let r = &req.resource;
-            let qualified = if r.group.is_empty() {
-                r.resource.clone()
-            } else {
-                format!("{}.{}", r.resource, r.group)
-            };
-            let message = format!("{qualified} {name:?} is forbidden: {detail}");
-            Status::failure(&message, "Forbidden").with_code(403)
-        }
-    }
-}
-
-/// `metav1.CauseType` of a field error.
-fn cause_reason(t: &ErrorType) -> &'static str {
-    match t {
-        ErrorType::Required => "FieldValueRequired",
-        ErrorType::Forbidden => "FieldValueForbidden",
-        ErrorType::Invalid(_) => "FieldValueInvalid",
-        ErrorType::NotSupported { .. } => "FieldValueNotSupported",
-        ErrorType::TooLong => "FieldValueTooLong",
     }
 }

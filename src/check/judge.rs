@@ -917,8 +917,8 @@ pub fn version(git_version: &Result<String, String>, features: &Features) -> Che
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::Status;
+    use super::*;
     use serde_json::json;
 
     fn at(text: &str) -> jiff::Timestamp {
@@ -954,10 +954,16 @@ mod tests {
             l
         };
         let status = |l: &Value| max_unavailable_gate(Some(l)).map(|c| (c.status, c.message));
-        assert_eq!(status(&lease("a", Some("disabled"))).map(|s| s.0), Some(Status::Ok));
-        assert_eq!(status(&lease("a", Some("enabled"))).map(|s| s.0), Some(Status::Ok));
-        let (st, message) = status(&lease("a", Some("unknown: ApiError: forbidden (403)")))
-            .expect("a line");
+        assert_eq!(
+            status(&lease("a", Some("disabled"))).map(|s| s.0),
+            Some(Status::Ok)
+        );
+        assert_eq!(
+            status(&lease("a", Some("enabled"))).map(|s| s.0),
+            Some(Status::Ok)
+        );
+        let (st, message) =
+            status(&lease("a", Some("unknown: ApiError: forbidden (403)"))).expect("a line");
         assert_eq!(st, Status::Warning);
         assert!(message.contains("(ApiError: forbidden (403))"), "{message}");
         // Nobody holds it (the lease line says so), or the leader does not drive maxUnavailable.

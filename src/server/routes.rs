@@ -13,14 +13,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use tracing::Instrument;
 
 use super::metrics::{Metrics, ReviewLabels};
 use crate::admission::GateCell;
-use crate::admission::{self, Context, Phase, Policy, offline, wire};
+use crate::admission::{self, Context, Phase, Policy};
 use crate::cluster::ClusterView;
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
+use crate::review::{self, BadReview};
 
 /// Largest AdmissionReview body accepted. kube-apiserver caps objects near 1.5 MiB in etcd; a
 /// review carries the object twice (object and oldObject).
@@ -86,9 +84,7 @@ impl BodyBudget {
     }
 }
 
-/// The function that judges a request: [`admission::evaluate`], or a stand-in in tests.
-pub type Evaluator =
-    fn(Phase, &AdmissionRequest<DynamicObject>, &Context<'_>) -> admission::Verdict;
+pub use review::Evaluator;
 
 /// What the handlers share.
 pub struct AdmissionState {
@@ -233,31 +229,29 @@ async fn handle(
     drop(body);
 
     let started = Instant::now();
-    let req = match wire::decode_review(&bytes) {
-        Ok(req) => req,
+    let policy = state.policy();
+    let ctx = Context {
+        view: &state.view,
+        policy: &policy,
+    };
+    let reviewed = review::handle(phase, &bytes, &ctx, state.evaluator);
+    drop(bytes);
+    let review::Reviewed {
+        request: req,
+        verdict,
+        would_deny,
+    } = match reviewed {
+        Ok(reviewed) => reviewed,
         Err(e) => {
             let message = match e.error {
-                offline::BadReview::NotJson(e) => format!("malformed JSON: {e}"),
+                BadReview::NotJson(e) => format!("malformed JSON: {e}"),
                 other => other.to_string(),
             };
             return reject(StatusCode::BAD_REQUEST, &message, e.uid.as_deref());
         }
     };
-    drop(bytes);
 
-    // A span for what rules log at debug level; off (and free) at the default level.
-    let span = tracing::debug_span!("review", endpoint, uid = %req.uid);
-    async {
-        let policy = state.policy();
-        let ctx = Context {
-            view: &state.view,
-            policy: &policy,
-        };
-        let (verdict, would_deny) = admission::apply_mode(
-            policy.admission_mode,
-            &req,
-            (state.evaluator)(phase, &req, &ctx),
-        );
+    {
         if let Some(would_deny) = &would_deny {
             // The denial a user would have seen, for whoever decides to switch to enforce.
             tracing::info!(
@@ -277,7 +271,7 @@ async fn handle(
         }
         let (allowed, mutated) = (verdict.is_allowed(), verdict.is_mutated());
         let warned = !verdict.warnings.is_empty();
-        let response = admission::respond(&req, verdict).into_review();
+        let response = review::respond(&req, verdict).into_review();
         let elapsed = started.elapsed();
         // One line per review a user sees the effect of (a denial or warnings, such as a
         // recorded template change) at info; the rest, a PVC getting its default class for
@@ -314,7 +308,7 @@ async fn handle(
             },
             elapsed.as_secs_f64(),
         );
-        match admission::encode_review(response) {
+        match review::encode_review(response) {
             Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
             Err(e) => error_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -323,8 +317,6 @@ async fn handle(
             ),
         }
     }
-    .instrument(span)
-    .await
 }
 
 enum BodyError {

@@ -865,7 +865,7 @@ async fn serve_with_self_managed_certificates() {
         .resolve(&host, SocketAddr::from(([127, 0, 0, 1], port)))
         .build()
         .expect("client");
-    let review = stateful_admission::admission::builder::ReviewBuilder::claim("CREATE")
+    let review = stateful_admission::review::builder::ReviewBuilder::claim("CREATE")
         .object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": "data", "namespace": "default"},
             "spec": {"storageClassName": "fast", "resources": {"requests": {"storage": "1Gi"}}}}))

@@ -4,11 +4,11 @@
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use stateful_admission::admission::builder::ReviewBuilder;
 use stateful_admission::admission::claim::{default_class, expansion};
-use stateful_admission::admission::offline::{self, Phases};
 use stateful_admission::admission::{Context, Denial, Phase, Policy, Verdict, evaluate};
 use stateful_admission::cluster::ClusterView;
+use stateful_admission::review::builder::ReviewBuilder;
+use stateful_admission::review::offline::{self, Phases};
 
 use crate::common::{app, fixture, fixture_path, patch_of, post_review, run_binary, temp_file};
 

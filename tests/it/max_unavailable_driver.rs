@@ -689,7 +689,7 @@ async fn the_webhook_reads_the_gate_the_controller_probed() {
             .with_max_unavailable_gate(gate.clone());
     state.evaluator = echo_gate;
     let app = routes::router(Arc::new(state));
-    let review = admission::builder::ReviewBuilder::statefulset("CREATE")
+    let review = stateful_admission::review::builder::ReviewBuilder::statefulset("CREATE")
         .object(serde_json::to_value(web("OrderedReady")).expect("json"))
         .into_json();
     let mut seen = Vec::new();
@@ -820,7 +820,7 @@ fn spelled(spelling: Spelling, policy: &str) -> Value {
 /// the rules run on an AdmissionReview shaped like the apiserver's, and their patch is applied
 /// (the fake API server has no admission of its own).
 fn admitted(set: Value) -> Value {
-    let review = admission::builder::ReviewBuilder::statefulset("CREATE")
+    let review = stateful_admission::review::builder::ReviewBuilder::statefulset("CREATE")
         .object(set)
         .into_json();
     let view = stateful_admission::cluster::ClusterView::empty();
@@ -829,9 +829,9 @@ fn admitted(set: Value) -> Value {
         view: &view,
         policy: &policy,
     };
-    let outcome = admission::offline::review(
+    let outcome = stateful_admission::review::offline::review(
         &serde_json::to_vec(&review).expect("json"),
-        admission::offline::Phases::Only(admission::Phase::Mutate),
+        stateful_admission::review::offline::Phases::Only(admission::Phase::Mutate),
         &ctx,
     )
     .expect("the webhook answers");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::json;
-use stateful_admission::admission::builder::ReviewBuilder;
+use stateful_admission::review::builder::ReviewBuilder;
 
 use crate::serve_tls::Served;
 use crate::support::controller::eventually;

@@ -3,9 +3,9 @@
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use stateful_admission::admission::builder::ReviewBuilder;
 use stateful_admission::admission::{Context, Phase, Policy, Verdict};
 use stateful_admission::cluster::ClusterView;
+use stateful_admission::review::builder::ReviewBuilder;
 
 use crate::common::{app, app_with, fixture, post_raw, post_review};
 

@@ -2,9 +2,9 @@
 //! offline review (the apiserver's order) and the `review` CLI.
 
 use serde_json::{Value, json};
-use stateful_admission::admission::offline::{self, Phases};
 use stateful_admission::admission::{Context, GateStatus, Phase, Policy};
 use stateful_admission::cluster::ClusterView;
+use stateful_admission::review::offline::{self, Phases};
 
 use crate::common::{
     app, fixture, fixture_path, patch_of, post_review, review_response, run_binary, temp_file,

@@ -29,8 +29,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::Route;
-use super::offline::BadReview;
+use super::BadReview;
+use crate::admission::Route;
 
 /// What the rules read of an object besides the rest of it, by the review's resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

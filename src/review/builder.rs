@@ -5,7 +5,8 @@ use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use serde_json::{Value, json};
 
-use super::offline::{BadReview, decode_request};
+use super::BadReview;
+use super::offline::decode_request;
 
 /// An AdmissionReview under construction, kept as JSON so that it can also be sent over HTTP.
 #[derive(Debug, Clone)]

@@ -3,11 +3,10 @@
 //! object. Used by the `review` command and by tests that check the object a user would end
 //! up with.
 
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
 use serde_json::Value;
 
-use super::{Context, Phase, Verdict, WouldDeny, apply_mode, evaluate, respond, wire};
+use super::{BadReview, Evaluator, WouldDeny, encode_review, handle, respond};
+use crate::admission::{Context, Phase, Verdict};
 
 /// Which webhooks to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,19 +14,6 @@ pub enum Phases {
     /// Mutate, apply the patch, validate — the apiserver's order.
     Both,
     Only(Phase),
-}
-
-/// Input that is not an AdmissionReview we can evaluate.
-#[derive(Debug, thiserror::Error)]
-pub enum BadReview {
-    #[error("not JSON: {0}")]
-    NotJson(String),
-    #[error("not an AdmissionReview with a request")]
-    NoRequest,
-    #[error("malformed AdmissionReview: {0}")]
-    Decode(String),
-    #[error("the mutating phase returned a patch that does not apply: {0}")]
-    Patch(String),
 }
 
 /// The result of an offline review.
@@ -65,55 +51,81 @@ impl Outcome {
 }
 
 /// Decodes an AdmissionReview held as a JSON value (the builder, tests, the fuzz harness);
-/// the server decodes bytes with [`wire::decode_review`].
-pub fn decode_request(raw: &Value) -> Result<AdmissionRequest<DynamicObject>, BadReview> {
+/// the server decodes bytes with [`super::decode_review`].
+pub fn decode_request(
+    raw: &Value,
+) -> Result<kube::core::admission::AdmissionRequest<kube::core::DynamicObject>, BadReview> {
     let body = serde_json::to_vec(raw).map_err(|e| BadReview::NotJson(e.to_string()))?;
-    wire::decode_review(&body).map_err(|e| e.error)
+    super::decode_review(&body).map_err(|e| e.error)
 }
 
-/// Evaluates one AdmissionReview body.
+/// Evaluates one AdmissionReview body with the project's rules.
 pub fn review(raw: &[u8], phases: Phases, ctx: &Context<'_>) -> Result<Outcome, BadReview> {
-    let req = wire::decode_review(raw).map_err(|e| e.error)?;
-    let raw: Value = serde_json::from_slice(raw).map_err(|e| BadReview::NotJson(e.to_string()))?;
-    let object = raw.pointer("/request/object").filter(|o| !o.is_null());
+    review_with(raw, phases, ctx, crate::admission::evaluate)
+}
 
-    let mut would_deny = Vec::new();
-    // Each phase's verdict as the webhook answers it, in the policy's admission mode.
-    let mut judge = |phase: Phase, req: &AdmissionRequest<DynamicObject>| {
-        let (verdict, denial) =
-            apply_mode(ctx.policy.admission_mode, req, evaluate(phase, req, ctx));
-        would_deny.extend(denial);
-        verdict
-    };
+/// Evaluates one AdmissionReview body as the apiserver runs the webhooks: each phase through
+/// [`handle`], as the server answers it; with both, the mutation's patch applied to the object
+/// the validating webhook then sees.
+pub fn review_with(
+    raw: &[u8],
+    phases: Phases,
+    ctx: &Context<'_>,
+    evaluate: Evaluator,
+) -> Result<Outcome, BadReview> {
+    let run = |phase: Phase, body: &[u8]| handle(phase, body, ctx, evaluate).map_err(|e| e.error);
+    let first = run(
+        match phases {
+            Phases::Both => Phase::Mutate,
+            Phases::Only(phase) => phase,
+        },
+        raw,
+    )?;
+    let body: Value = serde_json::from_slice(raw).map_err(|e| BadReview::NotJson(e.to_string()))?;
+    let object = body.pointer("/request/object").filter(|o| !o.is_null());
+    let mut would_deny: Vec<WouldDeny> = first.would_deny.into_iter().collect();
+    let request = first.request;
     let (verdict, object) = match phases {
-        Phases::Only(phase) => {
-            let verdict = judge(phase, &req);
-            let object = if verdict.is_allowed() {
-                apply(object, &verdict)?
+        Phases::Only(_) => {
+            let object = if first.verdict.is_allowed() {
+                apply(object, &first.verdict)?
             } else {
                 object.cloned()
             };
-            (verdict, object)
+            (first.verdict, object)
         }
         Phases::Both => {
-            let mutated = judge(Phase::Mutate, &req);
+            let mutated = first.verdict;
             if !mutated.is_allowed() {
                 (mutated, object.cloned())
             } else if mutated.patch.is_empty() {
                 // Nothing patched: validation sees the request's object as it came.
-                let validated = judge(Phase::Validate, &req);
-                (combine(mutated, validated), object.cloned())
+                let validated = run(Phase::Validate, raw)?;
+                would_deny.extend(validated.would_deny);
+                (combine(mutated, validated.verdict), object.cloned())
             } else {
                 let patched = apply(object, &mutated)?;
-                let validate_req = with_object(&req, patched.as_ref())?;
-                let validated = judge(Phase::Validate, &validate_req);
-                (combine(mutated, validated), patched)
+                let mut next = body.clone();
+                if let (Some(slot), Some(patched)) =
+                    (next.pointer_mut("/request/object"), patched.as_ref())
+                {
+                    *slot = patched.clone();
+                }
+                let next =
+                    serde_json::to_vec(&next).map_err(|e| BadReview::Patch(e.to_string()))?;
+                let validated = run(Phase::Validate, &next).map_err(|e| match e {
+                    // The patched object no longer decodes: the patch is at fault.
+                    BadReview::Decode(why) => BadReview::Patch(why),
+                    other => other,
+                })?;
+                would_deny.extend(validated.would_deny);
+                (combine(mutated, validated.verdict), patched)
             }
         }
     };
     let allowed = verdict.is_allowed();
-    let response = respond(&req, verdict).into_review();
-    let review = super::encode_review(response)
+    let response = respond(&request, verdict).into_review();
+    let review = encode_review(response)
         .and_then(|bytes| serde_json::from_slice(&bytes))
         .map_err(|e| BadReview::Decode(e.to_string()))?;
     Ok(Outcome {
@@ -134,18 +146,6 @@ fn apply(object: Option<&Value>, verdict: &Verdict) -> Result<Option<Value>, Bad
             .map_err(|e| BadReview::Patch(e.to_string()))?;
     }
     Ok(Some(patched))
-}
-
-fn with_object(
-    req: &AdmissionRequest<DynamicObject>,
-    object: Option<&Value>,
-) -> Result<AdmissionRequest<DynamicObject>, BadReview> {
-    let mut next = req.clone();
-    if let Some(object) = object {
-        next.object =
-            Some(wire::object_from_value(object, &req.resource).map_err(BadReview::Patch)?);
-    }
-    Ok(next)
 }
 
 /// The apiserver's combined answer: the mutation's patch if validation allows, and the
