@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use stateful_admission::admission::{Context, Phase};
+use stateful_admission::admission::{Context, GateCell, Phase};
 use stateful_admission::certs::{self, rotation::Lifetimes, self_managed::SelfManagedConfig};
 use stateful_admission::cli::{
     self, CertsCommand, CertsGenerateArgs, CheckArgs, CheckOutput, Command, PatchFormat, PhaseArg,
@@ -262,9 +262,10 @@ async fn run_serve(
         let mut server = Server::new(config, view.clone());
         limit.register(server.registry());
         if let Some(controller) = controller {
-            let controller = Controller::new(controller, server.registry());
             // The controller probes the maxUnavailable gate; the webhook reads the same cell.
-            server = server.with_max_unavailable_gate(controller.max_unavailable_gate());
+            let gate = GateCell::default();
+            let controller = Controller::new(controller, server.registry(), gate.clone());
+            server = server.with_max_unavailable_gate(gate);
             let stop = tokio_util::sync::CancellationToken::new();
             let task = tokio::spawn(controller.run(client, view, stop.clone()));
             server = server.with_companion(Companion { stop, task });

@@ -33,6 +33,12 @@ pub const JOURNAL_SET_NAME: &str = "stateful-admission.io/journal-name";
 pub const JOURNAL_SET_UID: &str = "stateful-admission.io/journal-uid";
 pub const JOURNAL_SET_RESOURCE_VERSION: &str = "stateful-admission.io/journal-resource-version";
 pub const JOURNAL_STEP: &str = "stateful-admission.io/journal-step";
+/// Name of the convergence journal ConfigMap of set `namespace/name` (in the controller's
+/// namespace). A namespace name has no dots, so the first dot after the prefix ends it and no
+/// two sets share a journal.
+pub fn journal_name(namespace: &str, name: &str) -> String {
+    format!("sa-journal.{namespace}.{name}")
+}
 /// On the controller's Lease, kept by its holder: the apiserver's MaxUnavailableStatefulSet
 /// gate as the controller knows it (`enabled`, `disabled`, `unknown: <why>`), for `check`.
 pub const LEASE_MAX_UNAVAILABLE_GATE: &str = "stateful-admission.io/max-unavailable-gate";

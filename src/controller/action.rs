@@ -270,6 +270,27 @@ pub struct Write {
     /// Answers that are part of the plan, not failures: a 409 of a precondition, a 404 of an
     /// object gone meanwhile. They publish no failure Event.
     pub expected: &'static [u16],
+    /// Whether it waits on the write before it in its plan (see [`After`]).
+    pub after: After,
+}
+
+/// How a write depends on the one before it in its plan; the executor resolves it, so a plan
+/// is complete as the planner returns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum After {
+    /// Runs whatever became of the one before.
+    #[default]
+    Anything,
+    /// Runs only if the one before was done (in observe mode: reported).
+    Done,
+    /// Runs only if the one before was done, with the resourceVersion that write produced as
+    /// its own precondition (in place of the one it was planned from).
+    DoneVersion,
+    /// Runs only if the one before found its object gone (answered 404).
+    Gone,
+    /// Runs unless the one before failed with an answer it did not expect (a batch stops at
+    /// the first real failure; a 404 or 409 it expected does not stop it).
+    NoFailure,
 }
 
 impl Write {
@@ -285,6 +306,23 @@ impl Write {
             on_done: Vec::new(),
             on_failed: Vec::new(),
             expected: &[],
+            after: After::Anything,
+        }
+    }
+
+    pub fn after(mut self, after: After) -> Self {
+        self.after = after;
+        self
+    }
+
+    /// Makes the write carry `resource_version` as its precondition (the planned version of
+    /// its target, and `metadata.resourceVersion` of a patch).
+    pub fn precondition(&mut self, resource_version: &str) {
+        self.target.resource_version = Some(resource_version.to_owned());
+        if let Request::Patch(body) | Request::PatchStatus(body) = &mut self.request
+            && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+        {
+            meta.insert("resourceVersion".to_owned(), resource_version.into());
         }
     }
 

@@ -24,7 +24,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::action::{Report, Request, Write};
+use super::action::{Action, After, Report, Request, Write};
 use crate::field_manager;
 use crate::names;
 
@@ -42,6 +42,34 @@ impl Mode {
         match self {
             Self::Enforce => "enforce",
             Self::Observe => "observe",
+        }
+    }
+}
+
+/// What became of one action of a plan.
+#[derive(Debug)]
+pub enum Ran {
+    Written(Result<Outcome, kube::Error>),
+    /// A write not sent: the write before it did not end as it needed.
+    Skipped,
+    /// A Report: whether it was published (false: reported before, not repeated).
+    Reported(bool),
+}
+
+impl Ran {
+    pub fn is_done(&self) -> bool {
+        matches!(self, Self::Written(Ok(Outcome::Done(_))))
+    }
+
+    pub fn is_observed(&self) -> bool {
+        matches!(self, Self::Written(Ok(Outcome::Observed)))
+    }
+
+    /// The error of a write that failed.
+    pub fn error(&self) -> Option<&kube::Error> {
+        match self {
+            Self::Written(Err(error)) => Some(error),
+            _ => None,
         }
     }
 }
@@ -266,8 +294,23 @@ impl Executor {
                         self.reported.forget(once);
                     }
                 }
+                let written_uid = object.as_ref().and_then(|o| o.metadata.uid.clone());
                 for report in &write.on_done {
-                    self.report(report).await;
+                    // An Event about the object just created names the object the apiserver
+                    // made (its uid was not known when the plan was made).
+                    let about_written = report.regarding.uid.is_none()
+                        && report.regarding.name.as_deref() == Some(target.name.as_str())
+                        && report.regarding.namespace.as_deref() == Some(target.namespace.as_str())
+                        && report.regarding.kind.as_deref()
+                            == Some(target.kind.api_resource().kind.as_str());
+                    match (&written_uid, about_written) {
+                        (Some(uid), true) => {
+                            let mut report = report.clone();
+                            report.regarding.uid = Some(uid.clone());
+                            self.report(&report).await
+                        }
+                        _ => self.report(report).await,
+                    };
                 }
                 Ok(Outcome::Done(object))
             }
@@ -336,6 +379,69 @@ impl Executor {
                     .map(|answer| answer.left().map(Box::new))
             }
         }
+    }
+
+    /// Carries out a plan in order: each write through [`Executor::write`], resolving how it
+    /// depends on the write before it ([`After`]); each Report published. Returns what became
+    /// of every action, in the plan's order.
+    pub async fn run(&self, actions: &[Action]) -> Vec<Ran> {
+        /// What became of the last write so far.
+        enum Last {
+            Done(Option<String>),
+            /// Observe mode: counts as done for what follows, which is reported too.
+            Observed,
+            /// The code, and whether the write expected it.
+            Failed(Option<u16>, bool),
+        }
+        let mut ran = Vec::with_capacity(actions.len());
+        let mut last: Option<Last> = None;
+        for action in actions {
+            match action {
+                Action::Report(report) => ran.push(Ran::Reported(self.report(report).await)),
+                Action::Write(write) => {
+                    let runs = match write.after {
+                        After::Anything => true,
+                        After::Done | After::DoneVersion => {
+                            matches!(last, Some(Last::Done(_) | Last::Observed))
+                        }
+                        After::Gone => matches!(last, Some(Last::Failed(Some(404), _))),
+                        After::NoFailure => !matches!(last, Some(Last::Failed(_, false))),
+                    };
+                    if !runs {
+                        last = Some(Last::Failed(None, false));
+                        ran.push(Ran::Skipped);
+                        continue;
+                    }
+                    let result = match (write.after, &last) {
+                        (After::DoneVersion, Some(Last::Done(Some(version)))) => {
+                            let mut chained = write.clone();
+                            chained.precondition(version);
+                            self.write(&chained).await
+                        }
+                        _ => self.write(write).await,
+                    };
+                    last = Some(match &result {
+                        Ok(outcome @ Outcome::Done(_)) => Last::Done(outcome.resource_version()),
+                        Ok(Outcome::Observed) => Last::Observed,
+                        Err(error) => {
+                            let code = code(error);
+                            Last::Failed(code, code.is_some_and(|c| write.expected.contains(&c)))
+                        }
+                    });
+                    ran.push(Ran::Written(result));
+                }
+            }
+        }
+        ran
+    }
+
+    /// Whether a plan from the view is stale for any of `objects` (`(key, viewed version)`):
+    /// we wrote one of them at the version the view still shows.
+    pub fn any_stale<'a>(
+        &self,
+        mut objects: impl Iterator<Item = (String, Option<&'a str>)>,
+    ) -> bool {
+        objects.any(|(key, version)| self.is_stale(&key, version))
     }
 
     /// Publishes an Event (once per key, where it has one). Events are written in every mode:

@@ -5,15 +5,18 @@
 //! acting (API calls), and makes no write when nothing needs to change.
 
 pub mod action;
-pub mod claims;
+pub mod backoff;
+pub mod claim_rollout;
 pub mod conditions;
 pub mod context;
+pub mod convergence;
 pub mod default_class;
 pub mod executor;
 pub mod leader;
 pub mod max_unavailable;
 pub mod metrics;
 pub mod sets;
+pub mod snapshot;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +27,16 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::ClusterView;
-pub use context::{Ctx, Error, SetSnapshot};
+use claim_rollout::ClaimRollout;
+use conditions::Conditions;
+pub use context::{Ctx, Error};
+use convergence::Convergence;
+use default_class::RetroactiveDefaultClass;
 pub use leader::LeaseTiming;
+use max_unavailable::{GateCell, MaxUnavailable};
+use metrics::ControllerMetrics;
+use sets::SetFeatures;
+pub use snapshot::SetSnapshot;
 
 /// Which features run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,24 +102,53 @@ impl Default for ControllerConfig {
     }
 }
 
-/// The controller, registered in the metrics registry and ready to run.
+/// The controller, registered in the metrics registry and ready to run: the shared metrics,
+/// the executor's, and each enabled feature with its own.
 pub struct Controller {
     config: ControllerConfig,
-    metrics: Arc<metrics::ControllerMetrics>,
+    metrics: Arc<ControllerMetrics>,
+    actions: executor::ActionMetrics,
+    features: SetFeatures,
+    default_class: Option<Arc<RetroactiveDefaultClass>>,
+    gate: GateCell,
 }
 
 impl Controller {
-    pub fn new(config: ControllerConfig, registry: &mut Registry) -> Self {
-        let metrics = Arc::new(metrics::ControllerMetrics::register(registry));
-        if config.features.max_unavailable {
-            metrics.max_unavailable.configure(&config.max_unavailable);
+    /// `gate` is the cell the probe writes and the webhook reads (the entry point owns it).
+    pub fn new(config: ControllerConfig, registry: &mut Registry, gate: GateCell) -> Self {
+        let metrics = Arc::new(ControllerMetrics::register(registry));
+        let actions = executor::ActionMetrics::register(registry);
+        let f = &config.features;
+        let features = SetFeatures {
+            claim_rollout: f
+                .claim_rollout
+                .then(|| Arc::new(ClaimRollout::register(registry))),
+            convergence: (f.claim_rollout || f.converge)
+                .then(|| Arc::new(Convergence::register(registry))),
+            conditions: f
+                .conditions
+                .then(|| Arc::new(Conditions::register(registry))),
+            max_unavailable: f.max_unavailable.then(|| {
+                let feature = MaxUnavailable::register(
+                    registry,
+                    config.max_unavailable.clone(),
+                    gate.clone(),
+                );
+                feature.configure();
+                Arc::new(feature)
+            }),
+        };
+        let default_class = f
+            .retroactive_default_class
+            .then(|| Arc::new(RetroactiveDefaultClass::register(registry)));
+        Self {
+            config,
+            metrics,
+            actions,
+            features,
+            default_class,
+            gate,
         }
-        Self { config, metrics }
-    }
-
-    /// The apiserver's maxUnavailable gate as this process knows it, shared with the webhook.
-    pub fn max_unavailable_gate(&self) -> max_unavailable::GateCell {
-        self.metrics.max_unavailable.gate_cell()
     }
 
     /// Campaigns for the Lease and runs the features while leading, until `stop`; then
@@ -132,7 +172,7 @@ impl Controller {
             self.config.timing.clone(),
         );
         if self.config.features.max_unavailable {
-            let gate = self.max_unavailable_gate();
+            let gate = self.gate.clone();
             elector = elector.with_status(Box::new(move || {
                 vec![(crate::names::LEASE_MAX_UNAVAILABLE_GATE, gate_text(&gate))]
             }));
@@ -141,27 +181,53 @@ impl Controller {
             if !elector.acquire(&stop).await {
                 return;
             }
-            self.metrics.set_leader(true);
+            self.leading(true);
             let term = stop.child_token();
+            let exec = executor::Executor::new(
+                client.clone(),
+                self.config.mode,
+                &self.config.identity,
+                self.actions.clone(),
+            );
             let ctx = Arc::new(Ctx::new(
                 client.clone(),
                 self.config.clone(),
                 view.clone(),
-                self.metrics.clone(),
+                exec,
             ));
             // Aborted with this future: a controller that is dropped (a crash, in tests) must
             // not keep acting.
-            let mut features = AbortOnDrop(tokio::spawn(run_features(ctx, term.clone())));
+            let mut features = AbortOnDrop(tokio::spawn(run_features(
+                ctx,
+                self.features.clone(),
+                self.default_class.clone(),
+                self.metrics.clone(),
+                term.clone(),
+            )));
             let stopped_while_leading = elector.hold(&stop).await;
             term.cancel();
             if let Err(error) = (&mut features.0).await {
                 tracing::error!(%error, "controller features ended abnormally");
             }
-            self.metrics.set_leader(false);
+            self.leading(false);
             if stopped_while_leading {
                 elector.release().await;
                 return;
             }
+        }
+    }
+
+    /// Leadership gained or lost. What only the leader knows starts over, so that a former
+    /// leader does not keep reporting it beside the new one.
+    fn leading(&self, leading: bool) {
+        self.metrics.set_leader(leading);
+        if let Some(convergence) = &self.features.convergence
+            && !leading
+        {
+            convergence.leadership_lost();
+        }
+        if let Some(conditions) = &self.features.conditions {
+            conditions.new_term();
         }
     }
 }
@@ -185,32 +251,39 @@ impl Drop for AbortOnDrop {
 }
 
 /// Runs every enabled feature until `stop`.
-async fn run_features(ctx: Arc<Ctx>, stop: CancellationToken) {
+async fn run_features(
+    ctx: Arc<Ctx>,
+    set_features: SetFeatures,
+    default_class: Option<Arc<RetroactiveDefaultClass>>,
+    metrics: Arc<ControllerMetrics>,
+    stop: CancellationToken,
+) {
     // Acting on a half-synced view could mistake a missing pod for an unavailable one.
     tokio::select! {
         _ = stop.cancelled() => return,
         synced = ctx.view.wait_synced() => if synced.is_err() { return },
     }
     tracing::info!(features = ?ctx.config.features, mode = ctx.config.mode.as_str(), "controller running");
-    let f = ctx.config.features.clone();
     let sets = async {
-        if f.claim_rollout || f.converge || f.conditions || f.max_unavailable {
-            sets::run(ctx.clone(), stop.clone()).await;
+        if set_features.any() {
+            sets::run(ctx.clone(), set_features.clone(), metrics, stop.clone()).await;
         }
     };
     let journals = async {
-        if f.claim_rollout || f.converge {
-            claims::run_journals(ctx.clone(), stop.clone()).await;
+        if let Some(convergence) = &set_features.convergence {
+            convergence.run_journals(ctx.clone(), stop.clone()).await;
         }
     };
     let classes = async {
-        if f.retroactive_default_class {
-            default_class::run(ctx.clone(), stop.clone()).await;
+        if let Some(default_class) = &default_class {
+            default_class.run(ctx.clone(), stop.clone()).await;
         }
     };
     let gate = async {
-        if f.max_unavailable {
-            max_unavailable::run_gate_probe(ctx.clone(), stop.clone()).await;
+        if let Some(max_unavailable) = &set_features.max_unavailable {
+            max_unavailable
+                .run_gate_probe(ctx.clone(), stop.clone())
+                .await;
         }
     };
     tokio::join!(sets, journals, classes, gate);

@@ -1,7 +1,7 @@
 //! The StatefulSet controller: one reconcile per set, triggered by changes to the set, its
 //! claims, its pods and its journal as the shared view's change feed reports them, and
-//! requeued at least every resync. Each feature looks at the same [`SetSnapshot`] and does
-//! its own planning and acting.
+//! requeued at least every resync; a failed reconcile is retried with per-set backoff. Each
+//! feature looks at the same [`SetSnapshot`] and does its own planning and acting.
 //!
 //! It runs kube-runtime's `applier` (the engine of its `Controller`) on a queue built from the
 //! feed, over a store that holds only the sets' keys, kept in step with the view: no watch or
@@ -23,8 +23,14 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
-use super::context::{Ctx, Error, SetSnapshot};
-use super::{claims, conditions, max_unavailable};
+use super::backoff::Backoff;
+use super::claim_rollout::ClaimRollout;
+use super::conditions::Conditions;
+use super::context::{Ctx, Error};
+use super::convergence::Convergence;
+use super::max_unavailable::MaxUnavailable;
+use super::metrics::ControllerMetrics;
+use super::snapshot::SetSnapshot;
 use crate::admission::set_claims;
 use crate::cluster::{Change, ClusterView, Kind};
 
@@ -142,7 +148,39 @@ fn route(view: &ClusterView, keys: &mut Keys, change: Change) -> Vec<ObjectRef<S
     }
 }
 
-pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
+/// The features that look at every set, each where it is on.
+#[derive(Clone, Default)]
+pub struct SetFeatures {
+    pub claim_rollout: Option<Arc<ClaimRollout>>,
+    /// With the claim rollout or convergence on: journals are finished either way.
+    pub convergence: Option<Arc<Convergence>>,
+    pub conditions: Option<Arc<Conditions>>,
+    pub max_unavailable: Option<Arc<MaxUnavailable>>,
+}
+
+impl SetFeatures {
+    pub fn any(&self) -> bool {
+        self.claim_rollout.is_some()
+            || self.convergence.is_some()
+            || self.conditions.is_some()
+            || self.max_unavailable.is_some()
+    }
+}
+
+/// What each reconcile works with.
+struct Runner {
+    ctx: Arc<Ctx>,
+    features: SetFeatures,
+    metrics: Arc<ControllerMetrics>,
+    backoff: Backoff,
+}
+
+pub async fn run(
+    ctx: Arc<Ctx>,
+    features: SetFeatures,
+    metrics: Arc<ControllerMetrics>,
+    stop: CancellationToken,
+) {
     // Subscribed before the keys are taken: no change after them is missed.
     let changes = ctx.view.subscribe();
     let keys = Keys::new(&ctx.view);
@@ -159,16 +197,16 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
     )
     .flatten();
     // Sets whose maxUnavailable budget waited for the gate, once it is known.
-    let learned = futures::stream::unfold(ctx.clone(), |ctx| async move {
-        let sets = ctx
-            .metrics
-            .max_unavailable
-            .deferred_once_learned()
-            .await
+    let learned = futures::stream::unfold(features.max_unavailable.clone(), |feature| async move {
+        let sets = match &feature {
+            Some(feature) => feature.deferred_once_learned().await,
+            None => std::future::pending().await,
+        };
+        let refs = sets
             .into_iter()
             .map(|(namespace, name)| key_ref(&namespace, &name))
             .collect::<Vec<_>>();
-        Some((futures::stream::iter(sets), ctx))
+        Some((futures::stream::iter(refs), feature))
     })
     .flatten();
     // Ending the queue lets reconciles in flight finish, then ends the applier.
@@ -176,12 +214,18 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
         .chain(futures::stream::select(followed, learned))
         .map(Ok::<_, Infallible>)
         .take_until(stop.clone().cancelled_owned());
+    let runner = Arc::new(Runner {
+        ctx,
+        features,
+        metrics,
+        backoff: Backoff::default(),
+    });
     let run = controller::applier(
-        |set: Arc<SetKey>, ctx: Arc<Ctx>| -> BoxFuture<'static, Result<Action, Error>> {
-            Box::pin(reconcile(set, ctx))
+        |set: Arc<SetKey>, runner: Arc<Runner>| -> BoxFuture<'static, Result<Action, Error>> {
+            Box::pin(reconcile(set, runner))
         },
         error_policy,
-        ctx.clone(),
+        runner,
         store,
         queue,
         controller::Config::default().concurrency(CONCURRENCY),
@@ -194,8 +238,16 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
     run.await;
 }
 
+fn backoff_key(set: &SetKey) -> String {
+    format!(
+        "{}/{}",
+        set.metadata.namespace.as_deref().unwrap_or_default(),
+        set.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
 /// Reconciles the set named by `key`, as the view holds it now.
-async fn reconcile(key: Arc<SetKey>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+async fn reconcile(key: Arc<SetKey>, runner: Arc<Runner>) -> Result<Action, Error> {
     let (Some(namespace), Some(name)) = (
         key.metadata.namespace.as_deref(),
         key.metadata.name.as_deref(),
@@ -203,17 +255,23 @@ async fn reconcile(key: Arc<SetKey>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         return Ok(Action::await_change());
     };
     // Gone since it was queued: its key goes with the change that removed it.
-    let Some(set) = ctx.view.stateful_set(namespace, name) else {
+    let Some(set) = runner.ctx.view.stateful_set(namespace, name) else {
+        runner.backoff.succeeded(&backoff_key(&key));
         return Ok(Action::await_change());
     };
-    reconcile_set(set, &ctx).await
+    let result = reconcile_set(set, &runner).await;
+    if result.is_ok() {
+        runner.backoff.succeeded(&backoff_key(&key));
+    }
+    result
 }
 
-async fn reconcile_set(set: Arc<StatefulSet>, ctx: &Ctx) -> Result<Action, Error> {
-    let Some(snapshot) = SetSnapshot::gather(set, ctx) else {
+async fn reconcile_set(set: Arc<StatefulSet>, runner: &Runner) -> Result<Action, Error> {
+    let ctx = runner.ctx.as_ref();
+    let Some(snapshot) = SetSnapshot::gather(set, &ctx.view) else {
         return Ok(Action::await_change());
     };
-    let features = &ctx.config.features;
+    let features = &runner.features;
     let mut next = Some(ctx.config.resync);
     let mut first_error = None;
     let mut note = |result: Result<Option<Duration>, Error>, feature: &str| match result {
@@ -223,28 +281,33 @@ async fn reconcile_set(set: Arc<StatefulSet>, ctx: &Ctx) -> Result<Action, Error
             first_error.get_or_insert(error);
         }
     };
-    if features.claim_rollout || features.converge {
-        note(claims::sync(&snapshot, ctx).await, "claims");
+    if let Some(rollout) = &features.claim_rollout {
+        note(rollout.sync(&snapshot, ctx).await.map(|()| None), "claims");
     }
-    if features.conditions {
-        note(conditions::sync(&snapshot, ctx).await, "conditions");
+    if let Some(convergence) = &features.convergence {
+        note(convergence.sync(&snapshot, ctx).await, "claims");
     }
-    if features.max_unavailable {
+    if let Some(conditions) = &features.conditions {
+        note(conditions.sync(&snapshot, ctx).await, "conditions");
+    }
+    if let Some(max_unavailable) = &features.max_unavailable {
         note(
-            max_unavailable::sync(&snapshot, ctx).await,
+            max_unavailable.sync(&snapshot, ctx).await,
             "max-unavailable",
         );
     }
     if let Some(error) = first_error {
-        ctx.metrics.reconciled(NAME, "error");
+        runner.metrics.reconciled(NAME, "error");
         return Err(error);
     }
-    ctx.metrics.reconciled(NAME, "success");
+    runner.metrics.reconciled(NAME, "success");
     Ok(next.map_or_else(Action::await_change, Action::requeue))
 }
 
-fn error_policy(_set: Arc<SetKey>, _error: &Error, _ctx: Arc<Ctx>) -> Action {
-    Action::requeue(Duration::from_secs(5))
+/// A failed reconcile is tried again after its set's backoff: 1 s, doubling with each
+/// failure in a row, at most five minutes.
+fn error_policy(set: Arc<SetKey>, _error: &Error, runner: Arc<Runner>) -> Action {
+    Action::requeue(runner.backoff.failed(&backoff_key(&set)))
 }
 
 /// The sooner of two optional deadlines.

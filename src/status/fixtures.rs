@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::judge;
 use super::model::{self, Inputs, Selection, StatusReport};
 use crate::admission::statefulset::templates::desired_annotation;
-use crate::controller::claims::converge;
+use crate::controller::convergence::journal as converge;
 use crate::names;
 
 pub const NS: &str = "db";

@@ -25,13 +25,14 @@ use serde_json::{Value, json};
 use crate::admission::set_claims;
 use crate::admission::statefulset::ClaimUpdatePolicy;
 use crate::admission::statefulset::templates::{self, Classification};
-use crate::controller::claims::plan::{self, Assessment, PodFacts, Replica};
-use crate::controller::claims::status::TemplateStatus;
-use crate::controller::claims::{self as claims, converge};
+use crate::controller::claim_rollout as claims;
+use crate::controller::claim_rollout::plan::{self, Assessment, PodFacts, Replica};
+use crate::controller::claim_rollout::status::TemplateStatus;
 use crate::controller::conditions::plan::{self as conditions, reason, rollout_key};
-use crate::controller::context::journal_name;
+use crate::controller::convergence::journal as converge;
 use crate::controller::max_unavailable::plan as max_unavailable;
 use crate::names;
+use crate::names::journal_name;
 use crate::quantity::Quantity;
 
 /// `apiVersion` of the report: a new version is made for any change that is not an added field.
@@ -1299,30 +1300,28 @@ fn convergence(
     let live = set.map(live_facts);
     let read = journal.map(converge::read);
     let (phase, message) = match converge::next(live.as_ref(), read.as_ref(), true) {
-        converge::Action::Nothing => (ConvergencePhase::None, None),
-        converge::Action::Start => (ConvergencePhase::Pending, None),
-        converge::Action::MarkDeleting => (ConvergencePhase::Journaled, None),
-        converge::Action::Delete { .. } | converge::Action::WaitGone => {
+        converge::Step::Nothing => (ConvergencePhase::None, None),
+        converge::Step::Start => (ConvergencePhase::Pending, None),
+        converge::Step::MarkDeleting => (ConvergencePhase::Journaled, None),
+        converge::Step::Delete { .. } | converge::Step::WaitGone => {
             (ConvergencePhase::Deleting, None)
         }
-        converge::Action::Recheck => (ConvergencePhase::Rechecking, None),
-        converge::Action::Create => (ConvergencePhase::Recreating, None),
-        converge::Action::Restore { .. } => (ConvergencePhase::RestoringOwnership, None),
-        converge::Action::Drop(converge::DropReason::Finished) => {
-            (ConvergencePhase::Finishing, None)
-        }
-        converge::Action::Drop(converge::DropReason::Replaced) => (
+        converge::Step::Recheck => (ConvergencePhase::Rechecking, None),
+        converge::Step::Create => (ConvergencePhase::Recreating, None),
+        converge::Step::Restore { .. } => (ConvergencePhase::RestoringOwnership, None),
+        converge::Step::Drop(converge::DropReason::Finished) => (ConvergencePhase::Finishing, None),
+        converge::Step::Drop(converge::DropReason::Replaced) => (
             ConvergencePhase::Abandoned,
             Some(
                 "another StatefulSet of this name was created meanwhile; it is left alone"
                     .to_owned(),
             ),
         ),
-        converge::Action::Drop(converge::DropReason::DeletedByUser) => (
+        converge::Step::Drop(converge::DropReason::DeletedByUser) => (
             ConvergencePhase::Abandoned,
             Some("the StatefulSet was deleted by someone else; it is not created again".to_owned()),
         ),
-        converge::Action::Stuck(why) => (
+        converge::Step::Stuck(why) => (
             ConvergencePhase::Stuck,
             Some(format!(
                 "journal ConfigMap {} cannot be used ({why}); it is kept: inspect it, then delete it",

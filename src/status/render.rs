@@ -1164,13 +1164,15 @@ mod documented {
         set.absent_since = Some(time(0));
         set.policy_error = Some("x".into());
         set.desired_templates_error = Some("x".into());
-        set.recorded_claim_status = Some(vec![crate::controller::claims::status::TemplateStatus {
-            name: "data".into(),
-            compatible: 0,
-            updating: 0,
-            over_sized: 0,
-            total_capacity: "1Gi".into(),
-        }]);
+        set.recorded_claim_status = Some(vec![
+            crate::controller::claim_rollout::status::TemplateStatus {
+                name: "data".into(),
+                compatible: 0,
+                updating: 0,
+                over_sized: 0,
+                total_capacity: "1Gi".into(),
+            },
+        ]);
         set.convergence.journal = Some("x".into());
         set.convergence.journal_step = Some("x".into());
         set.convergence.message = Some("x".into());

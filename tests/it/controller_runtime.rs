@@ -101,6 +101,7 @@ async fn a_view_without_the_controllers_kinds_is_refused() {
         let controller = stateful_admission::controller::Controller::new(
             config("replica-a", no_features()),
             &mut registry,
+            Default::default(),
         );
         let stop = tokio_util::sync::CancellationToken::new();
         tokio::time::timeout(

@@ -11,7 +11,6 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use stateful_admission::certs::{self, x509};
 use stateful_admission::controller::Features;
-use stateful_admission::controller::metrics::ControllerMetrics;
 use stateful_admission::names;
 use stateful_admission::server::metrics::Metrics;
 
@@ -39,7 +38,12 @@ fn families() -> BTreeSet<(String, String)> {
     let mut registry = Registry::with_prefix("stateful_admission");
     Metrics::register(&mut registry);
     certs::self_managed::Metrics::register(&mut registry);
-    ControllerMetrics::register(&mut registry);
+    // Every feature on, as `serve` runs by default.
+    let _ = stateful_admission::controller::Controller::new(
+        stateful_admission::controller::ControllerConfig::default(),
+        &mut registry,
+        Default::default(),
+    );
     stateful_admission::write_limit::WriteLimit::new(
         stateful_admission::write_limit::DEFAULT_QPS,
         stateful_admission::write_limit::DEFAULT_BURST,

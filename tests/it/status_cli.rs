@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use stateful_admission::admission::statefulset::templates::desired_annotation;
-use stateful_admission::controller::claims::converge;
+use stateful_admission::controller::convergence::journal as converge;
 use stateful_admission::names;
 use tokio::sync::mpsc;
 

@@ -23,19 +23,23 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 
-use super::action::{self, Action, Kind, Report, Request, Target, Verb, Write};
-use super::context::{Ctx, Error, SetSnapshot};
-use super::executor::{self, Mode, Outcome};
+use super::action::{Action, After, Kind, Report, Request, Target, Verb, Write};
+use super::context::{Ctx, Error};
+use super::executor::{self, Mode, Ran};
+use super::snapshot::SetSnapshot;
 use crate::cluster::ClusterView;
 use crate::names;
 pub use plan::{Decision, Phase, Remembered};
 
+/// The feature: its metrics, the sets past their deadline now, and what it remembers of sets
+/// without a progress record.
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub struct Conditions {
     condition_writes: Counter,
     progress_writes: Counter,
     deadlines_exceeded: Counter,
-    pub(crate) past_deadline: Arc<PastDeadline>,
+    past_deadline: Arc<PastDeadline>,
+    memory: Memory,
 }
 
 /// The StatefulSets whose rollout is past its progress deadline now (`Progressing=False`), as
@@ -169,6 +173,13 @@ impl Memory {
         }
     }
 
+    /// Forgets every set.
+    pub fn clear(&self) {
+        let mut state = self.state();
+        state.sets.clear();
+        state.sweep_at = 0;
+    }
+
     /// How many sets are remembered.
     pub fn len(&self) -> usize {
         self.state().sets.len()
@@ -186,7 +197,7 @@ impl std::fmt::Debug for Memory {
     }
 }
 
-impl Metrics {
+impl Conditions {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
@@ -207,17 +218,29 @@ impl Metrics {
         registry.register_collector(Box::new(metrics.past_deadline.clone()));
         metrics
     }
+
+    /// Leadership gained or lost: what only the leader knows starts over (another replica
+    /// reports the stalled sets now; transition times are remembered afresh).
+    pub fn new_term(&self) {
+        self.past_deadline.forget_all();
+        self.memory.clear();
+    }
+
+    /// One reconcile step for `snapshot`; returns when to look again.
+    pub async fn sync(&self, snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>, Error> {
+        sync(self, snapshot, ctx).await
+    }
 }
 
-/// One reconcile step for `snapshot`; returns when to look again.
-pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>, Error> {
+async fn sync(
+    metrics: &Conditions,
+    snapshot: &SetSnapshot,
+    ctx: &Ctx,
+) -> Result<Option<Duration>, Error> {
     let set = &snapshot.set;
     let past_deadline = |past: bool| {
         let (namespace, name) = (&snapshot.namespace, &snapshot.name);
-        ctx.metrics
-            .conditions
-            .past_deadline
-            .note(&ctx.view, namespace, name, past);
+        metrics.past_deadline.note(&ctx.view, namespace, name, past);
     };
     if set.metadata.deletion_timestamp.is_some() || ctx.view.namespace_ignored(&snapshot.namespace)
     {
@@ -226,9 +249,7 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
     }
     let now = jiff::Timestamp::now();
     let uid = set.metadata.uid.as_deref();
-    let remembered = ctx
-        .condition_memory
-        .get(&snapshot.namespace, &snapshot.name, uid);
+    let remembered = metrics.memory.get(&snapshot.namespace, &snapshot.name, uid);
     let decision = decide(set, remembered.as_ref(), now);
     let remember = |set: &StatefulSet, decision: &Decision| {
         let existing = set
@@ -238,7 +259,7 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
             .unwrap_or(&[]);
         let unrecorded = decision.remove_progress
             || (plan::read_progress(set).is_none() && decision.progress.is_none());
-        ctx.condition_memory.put(
+        metrics.memory.put(
             &ctx.view,
             &snapshot.namespace,
             &snapshot.name,
@@ -256,10 +277,7 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         return Ok(decision.look_again);
     }
     // Our last write of the set is not in the view yet: its watch event brings the next look.
-    if ctx.exec.is_stale(
-        &action::key(Kind::StatefulSet, &snapshot.namespace, &snapshot.name),
-        set.metadata.resource_version.as_deref(),
-    ) {
+    if snapshot.is_stale(&ctx.exec, Kind::StatefulSet) {
         return Ok(decision.look_again);
     }
     let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &snapshot.namespace);
@@ -278,52 +296,37 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
     };
     let decision = decide(&set, remembered.as_ref(), now);
     past_deadline(matches!(decision.phase, Phase::Stalled(_)));
-    let metrics = &ctx.metrics.conditions;
-    let mut resource_version: Option<String> = None;
-    for action in actions(&set, &decision)? {
-        let Action::Write(mut write) = action else {
+    let actions = actions(&set, &decision)?;
+    let ran = ctx.exec.run(&actions).await;
+    for (action, ran) in actions.iter().zip(ran) {
+        let Action::Write(write) = action else {
             continue;
         };
-        if let Some(version) = &resource_version {
-            // Chained: the conditions write follows the record write's version.
-            chain(&mut write, version);
-        }
-        match ctx.exec.write(&write).await {
-            Ok(Outcome::Done(written)) => {
-                resource_version = written.and_then(|o| o.metadata.resource_version);
-                match write.verb {
-                    Verb::WriteProgress => {
-                        metrics.progress_writes.inc();
-                        if decision.deadline_exceeded {
-                            metrics.deadlines_exceeded.inc();
-                            tracing::warn!(namespace = %snapshot.namespace, name = %snapshot.name, "progress deadline exceeded");
-                        }
-                    }
-                    _ => {
-                        metrics.condition_writes.inc();
-                        remember(&set, &decision);
+        match ran {
+            Ran::Written(Ok(outcome)) if outcome.is_done() => match write.verb {
+                Verb::WriteProgress => {
+                    metrics.progress_writes.inc();
+                    if decision.deadline_exceeded {
+                        metrics.deadlines_exceeded.inc();
+                        tracing::warn!(namespace = %snapshot.namespace, name = %snapshot.name, "progress deadline exceeded");
                     }
                 }
-            }
-            // Reported, not written: nothing to chain or remember.
-            Ok(Outcome::Observed) => {}
+                _ => {
+                    metrics.condition_writes.inc();
+                    remember(&set, &decision);
+                }
+            },
             // Computed from a set that moved on, or is gone: its watch event brings the next
             // look.
-            Err(e) if matches!(executor::code(&e), Some(404 | 409)) => return Ok(None),
-            Err(e) => return Err(e.into()),
+            Ran::Written(Err(e)) if matches!(executor::code(&e), Some(404 | 409)) => {
+                return Ok(None);
+            }
+            Ran::Written(Err(e)) => return Err(e.into()),
+            // Reported, not written (observe mode), or not sent: nothing to remember.
+            _ => {}
         }
     }
     Ok(decision.look_again)
-}
-
-/// Makes `write` carry `resource_version` as its precondition.
-fn chain(write: &mut Write, resource_version: &str) {
-    write.target.resource_version = Some(resource_version.to_owned());
-    if let Request::Patch(body) | Request::PatchStatus(body) = &mut write.request
-        && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
-    {
-        meta.insert("resourceVersion".to_owned(), resource_version.into());
-    }
 }
 
 /// What a decision writes, each with `set`'s resourceVersion as its precondition: the
@@ -402,6 +405,13 @@ pub fn actions(set: &StatefulSet, decision: &Decision) -> Result<Vec<Action>, Er
             })
             .collect::<Vec<_>>()
             .join(", ");
+        // After a record write, at the version that write produced (the record moved the
+        // set's resourceVersion); not at all if it did not happen.
+        let after = if actions.is_empty() {
+            After::Anything
+        } else {
+            After::DoneVersion
+        };
         actions.push(Action::Write(
             Write::new(
                 Verb::WriteConditions,
@@ -410,7 +420,8 @@ pub fn actions(set: &StatefulSet, decision: &Decision) -> Result<Vec<Action>, Er
                 format!("set status.conditions: {summary}"),
             )
             .expect()
-            .expected(&[404, 409]),
+            .expected(&[404, 409])
+            .after(after),
         ));
     }
     Ok(actions)
@@ -551,8 +562,9 @@ mod tests {
         );
 
         // The chained precondition: the conditions follow the record's new version.
+        assert_eq!(conditions.after, After::DoneVersion);
         let mut chained = conditions.clone();
-        chain(&mut chained, "8");
+        chained.precondition("8");
         assert_eq!(chained.target.resource_version.as_deref(), Some("8"));
         let Request::PatchStatus(body) = &chained.request else {
             panic!()
@@ -594,7 +606,7 @@ mod tests {
         writers.replace_all(sets(&[("db", "a"), ("db", "b"), ("web", "a")]));
         let view = writers.view();
         let mut registry = Registry::default();
-        let metrics = Metrics::register(&mut registry);
+        let metrics = Conditions::register(&mut registry);
         let gauge = &metrics.past_deadline;
         assert_eq!(
             scraped(&registry).as_deref(),

@@ -35,14 +35,15 @@ use crate::admission::claim::default_class::{DefaultClass, DefaultSource};
 use crate::cluster::{Change, ClusterView, Kind};
 pub use plan::{Leave, Outcome, Plan};
 
-/// The KEP's metrics: attempts, and failed attempts (successes are the difference).
+/// The feature, with the KEP's metrics: attempts, and failed attempts (successes are the
+/// difference).
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub struct RetroactiveDefaultClass {
     attempts: Counter,
     errors: Counter,
 }
 
-impl Metrics {
+impl RetroactiveDefaultClass {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
@@ -147,10 +148,18 @@ enum Trigger {
 
 /// Runs the claim controller until `stop`, from the view (synced before it starts) and its
 /// change feed.
-pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
+impl RetroactiveDefaultClass {
+    /// Runs the feature until `stop`.
+    pub async fn run(&self, ctx: Arc<Ctx>, stop: CancellationToken) {
+        run(self, ctx, stop).await;
+    }
+}
+
+async fn run(metrics: &RetroactiveDefaultClass, ctx: Arc<Ctx>, stop: CancellationToken) {
     // Subscribed before the first scan: whatever changes after it is heard of.
     let mut changes = ctx.view.subscribe();
     let mut worker = Worker {
+        metrics,
         ctx: &ctx,
         view: ctx.view.clone(),
         candidates: Candidates::default(),
@@ -188,6 +197,7 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 struct Worker<'a> {
+    metrics: &'a RetroactiveDefaultClass,
     ctx: &'a Ctx,
     view: ClusterView,
     candidates: Candidates,
@@ -247,7 +257,7 @@ impl Worker<'_> {
             return;
         };
         let (namespace, name) = key;
-        let metrics = &self.ctx.metrics.default_class;
+        let metrics = self.metrics;
         let write = assign(&claim, &class, &resource_version);
         let result = match self.ctx.exec.write(&write).await {
             Ok(Outcome2::Observed) => {

@@ -5,20 +5,25 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use super::MaxUnavailable;
 use super::SetLabels;
 use super::plan::{self, Skip};
 use crate::admission::GateStatus;
-use crate::controller::action::{self, Action, Kind, Report, Request, Target, Verb, Write};
-use crate::controller::context::{Ctx, Error, SetSnapshot};
-use crate::controller::executor::Outcome;
+use crate::controller::action::{self, Action, After, Kind, Report, Request, Target, Verb, Write};
+use crate::controller::context::{Ctx, Error};
+use crate::controller::executor::Ran;
+use crate::controller::snapshot::SetSnapshot;
 
 /// While the gate is unknown, sets that would need the driver are looked at again this often
 /// (the probe's answer cannot trigger a reconcile by itself).
 const GATE_UNKNOWN_RECHECK: Duration = Duration::from_secs(15);
 
 /// One reconcile step for `snapshot`; returns when to look again.
-pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>, Error> {
-    let metrics = &ctx.metrics.max_unavailable;
+pub async fn sync(
+    metrics: &MaxUnavailable,
+    snapshot: &SetSnapshot,
+    ctx: &Ctx,
+) -> Result<Option<Duration>, Error> {
     let (namespace, name) = (snapshot.namespace.as_str(), snapshot.name.as_str());
     let rollout = match plan::rollout(&snapshot.set) {
         Ok(rollout) => rollout,
@@ -66,53 +71,36 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
     );
     // A pod we deleted that the view still shows as it was: the budget would be counted
     // without that deletion. The pod's watch event triggers the next look.
-    let stale = snapshot.pods.iter().any(|(_, pod)| {
-        pod.as_ref().is_some_and(|p| {
-            ctx.exec.is_stale(
-                &action::key(
-                    Kind::Pod,
-                    namespace,
-                    p.metadata.name.as_deref().unwrap_or_default(),
-                ),
-                p.metadata.resource_version.as_deref(),
-            )
-        })
-    });
-    if stale {
+    if snapshot.is_stale(&ctx.exec, Kind::Pod) {
         return Ok(plan.recheck_after);
     }
+    let actions = actions(snapshot, &rollout, &plan);
+    let ran = ctx.exec.run(&actions).await;
+    // Deletions by pod name, as the batch's Event names them.
     let mut deleted: Vec<&str> = Vec::with_capacity(plan.deletions.len());
-    let mut first_deleted = None;
     let mut observed = false;
     let mut failure = None;
-    let mut writes = Vec::with_capacity(plan.deletions.len());
-    for action in actions(snapshot, &rollout, &plan) {
-        match action {
-            Action::Report(report) => {
-                if ctx.exec.report(&report).await {
-                    report_missing_rolling_update(snapshot, &plan);
-                }
+    for (action, ran) in actions.iter().zip(ran) {
+        match (action, ran) {
+            (Action::Report(_), Ran::Reported(true)) => {
+                report_missing_rolling_update(snapshot, &plan)
             }
-            Action::Write(write) => writes.push(write),
-        }
-    }
-    for (deletion, write) in plan.deletions.iter().zip(writes) {
-        match ctx.exec.write(&write).await {
-            Ok(Outcome::Done(_)) => {
-                first_deleted.get_or_insert(deletion);
-                deleted.push(deletion.name.as_str());
+            (Action::Write(write), Ran::Written(Ok(outcome))) if outcome.is_done() => {
+                deleted.push(write.target.name.as_str());
             }
-            Ok(Outcome::Observed) => observed = true,
+            (_, Ran::Written(Ok(_))) => observed = true,
             // Gone, or changed since our view (the built-in controller may have deleted it
             // first): either way its unavailability was already in the budget.
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
-                tracing::debug!(%namespace, pod = %deletion.name, code = status.code, "pod changed before deletion; skipped");
+            (Action::Write(write), Ran::Written(Err(kube::Error::Api(status))))
+                if status.code == 404 || status.code == 409 =>
+            {
+                tracing::debug!(%namespace, pod = %write.target.name, code = status.code, "pod changed before deletion; skipped");
             }
             // Reported by the write's failure Event; the batch so far is still said below.
-            Err(error) => {
-                failure = Some(error);
-                break;
+            (_, Ran::Written(Err(error))) => {
+                failure.get_or_insert(error);
             }
+            _ => {}
         }
     }
     metrics.deleted(deleted.len());
@@ -133,6 +121,7 @@ pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>,
         );
         // The recorder folds events with the same key into one series, keeping the first
         // note; the batch's first pod (a new uid each time) keeps batches apart.
+        let first_deleted = plan.deletions.iter().find(|d| d.name == deleted[0]);
         ctx.exec
             .report(
                 &Report::normal(set_ref(snapshot), "MaxUnavailableBatch", "DeletePods", note)
@@ -227,6 +216,7 @@ pub fn actions(snapshot: &SetSnapshot, rollout: &plan::Rollout, plan: &plan::Pla
             Write::new(Verb::DeletePod, target, request, summary)
                 .expect()
                 .expected(&[404, 409])
+                .after(After::NoFailure)
                 .on_failed(Report::warning(
                     set_ref(snapshot),
                     "MaxUnavailableDeleteFailed",

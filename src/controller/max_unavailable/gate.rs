@@ -17,8 +17,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
 use tokio_util::sync::CancellationToken;
 
-use super::super::context::Ctx;
+use super::MaxUnavailable;
 use crate::admission::GateStatus;
+use crate::controller::context::Ctx;
 
 /// Prefix of the probe's generated name (a fixed name could collide with a real set).
 pub const PROBE_NAME_PREFIX: &str = "stateful-admission-gate-probe-";
@@ -155,9 +156,8 @@ pub fn retry_after(failures: u32, cap: Duration) -> Duration {
 /// doubling, at most `probe_retry`) until the apiserver answers; and at once when the
 /// apiserver's version changes (an upgrade can flip the gate's default). Also sweeps metric
 /// series of StatefulSets that are gone. With the gate set by flag, only records that.
-pub async fn run_gate_probe(ctx: Arc<Ctx>, stop: CancellationToken) {
-    let settings = ctx.config.max_unavailable.clone();
-    let metrics = &ctx.metrics.max_unavailable;
+pub async fn run_gate_probe(metrics: &MaxUnavailable, ctx: Arc<Ctx>, stop: CancellationToken) {
+    let settings = metrics.settings().clone();
     let mut next_probe = match settings.gate.configured() {
         Some(status) => {
             metrics.record_gate(status);

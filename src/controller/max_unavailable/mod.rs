@@ -25,8 +25,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub use act::sync;
-pub use gate::{GateCell, GateMode, run_gate_probe};
+pub use gate::{GateCell, GateMode};
 
 pub use crate::admission::GateStatus;
 
@@ -67,9 +66,11 @@ pub struct ProbeLabels {
     pub result: &'static str,
 }
 
-/// Metrics of the feature, and the gate state it shares with the webhook.
+/// The feature: the gate as this process knows it (the cell the entry point shares with the
+/// webhook), what stored sets show of it, the sets waiting for it, and the metrics.
 #[derive(Debug)]
-pub struct Metrics {
+pub struct MaxUnavailable {
+    settings: Settings,
     gate: GateCell,
     gate_enabled: Gauge,
     probes: Family<ProbeLabels, Counter>,
@@ -87,10 +88,12 @@ pub struct Metrics {
     gate_learned: tokio::sync::Notify,
 }
 
-impl Metrics {
-    pub fn register(registry: &mut Registry) -> Self {
+impl MaxUnavailable {
+    /// The feature with its `settings`, writing what it learns of the gate into `gate`.
+    pub fn register(registry: &mut Registry, settings: Settings, gate: GateCell) -> Self {
         let metrics = Self {
-            gate: GateCell::default(),
+            settings,
+            gate,
             gate_enabled: Gauge::default(),
             probes: Family::default(),
             max_unavailable: Family::default(),
@@ -101,7 +104,7 @@ impl Metrics {
             deferred: Mutex::new(HashSet::new()),
             gate_learned: tokio::sync::Notify::new(),
         };
-        metrics.gate_enabled.set(GateStatus::Unknown.metric_value());
+        metrics.gate_enabled.set(metrics.gate.get().metric_value());
         registry.register(
             "max_unavailable_gate_enabled",
             "Whether the apiserver keeps StatefulSet maxUnavailable (MaxUnavailableStatefulSet gate): 1 on, 0 off, -1 unknown",
@@ -139,9 +142,13 @@ impl Metrics {
         self.gate.get()
     }
 
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     /// Applies the settings that hold before any probe (a gate state set by flag).
-    pub fn configure(&self, settings: &Settings) {
-        if let Some(status) = settings.gate.configured() {
+    pub fn configure(&self) {
+        if let Some(status) = self.settings.gate.configured() {
             self.record_gate(status);
         }
     }
@@ -175,6 +182,24 @@ impl Metrics {
             },
             known => known,
         }
+    }
+
+    /// One reconcile step for `snapshot`; returns when to look again.
+    pub async fn sync(
+        &self,
+        snapshot: &crate::controller::snapshot::SetSnapshot,
+        ctx: &crate::controller::context::Ctx,
+    ) -> Result<Option<Duration>, crate::controller::context::Error> {
+        act::sync(self, snapshot, ctx).await
+    }
+
+    /// Probes the gate (or takes it from the flag) until `stop`; sweeps gone sets' series.
+    pub async fn run_gate_probe(
+        &self,
+        ctx: std::sync::Arc<crate::controller::context::Ctx>,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        gate::run_gate_probe(self, ctx, stop).await;
     }
 
     /// Remembers a set whose budget could not be driven because the gate is unknown.
@@ -263,7 +288,8 @@ mod tests {
     #[test]
     fn series_of_sets_no_longer_driven_are_removed() {
         let mut registry = Registry::default();
-        let metrics = Metrics::register(&mut registry);
+        let metrics =
+            MaxUnavailable::register(&mut registry, Settings::default(), GateCell::default());
         assert!(text(&registry).contains("max_unavailable_gate_enabled -1"));
         metrics.observe(labels("a", "Parallel"), 2, 1);
         metrics.observe(labels("b", "OrderedReady"), 3, 0);

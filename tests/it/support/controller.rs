@@ -73,7 +73,7 @@ impl RunningController {
             }
         });
         let mut registry = Registry::default();
-        let controller = Controller::new(config, &mut registry);
+        let controller = Controller::new(config, &mut registry, Default::default());
         let handle = tokio::spawn(controller.run(client, view, stop.clone()));
         Self {
             stop,

@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde_json::{Map, Value, json};
 
+pub use super::assessment::{Assessment, ClaimPatch};
 use super::status::{self, TemplateStatus};
 use crate::admission::statefulset::ClaimUpdatePolicy;
 use crate::admission::statefulset::recreate::immutable_differences;
@@ -71,32 +72,6 @@ pub struct Replica<'a> {
     pub ordinal: u32,
     pub pod: Option<PodFacts>,
     pub slots: Vec<Slot<'a>>,
-}
-
-/// What one claim needs.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Assessment {
-    /// Compatible with the template as the KEP defines it.
-    Compatible,
-    /// Patched already; the volume has not caught up (expansion or modification).
-    Updating,
-    /// A patch makes (or moves) it towards compatible.
-    Patch(ClaimPatch),
-    /// Can never become compatible in place.
-    Incompatible(String),
-    /// Not compatible, and nothing can be done now (e.g. an unbound claim).
-    Waiting(String),
-}
-
-/// A JSON merge patch for one claim, and what it changes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClaimPatch {
-    /// Merge patch with the claim's resourceVersion as a precondition.
-    pub body: Value,
-    /// Human-readable changes, e.g. `storage 1Gi -> 2Gi`.
-    pub changes: Vec<String>,
-    /// Whether the patch starts an expansion or modification (makes the claim updating).
-    pub starts_update: bool,
 }
 
 /// A claim to report as incompatible.

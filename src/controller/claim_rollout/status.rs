@@ -9,7 +9,7 @@
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde::{Deserialize, Serialize};
 
-use super::plan::Assessment;
+use super::assessment::Assessment;
 use crate::quantity::Quantity;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,7 +1,7 @@
-//! Convergence, planned: re-create a StatefulSet with its desired templates through a journal
-//! so that a crash at any step loses nothing.
+//! The convergence journal and its state machine: re-create a StatefulSet with its desired
+//! templates through a journal so that a crash at any step loses nothing.
 //!
-//! The journal is a ConfigMap `journal_name(ns, name)` in the controller's namespace, labelled
+//! The journal is a ConfigMap `names::journal_name(ns, name)` in the controller's namespace, labelled
 //! `stateful-admission.io/journal: "true"`, with no ownerReference (it must outlive the set).
 //! Its annotations name the set (namespace, name, uid) and the resourceVersion the journal was
 //! written from, and the step reached (`journaled`, then `deleting` just before the orphan
@@ -121,9 +121,10 @@ pub enum DropReason {
     DeletedByUser,
 }
 
-/// The next convergence step.
+/// The next convergence step, as the state machine names it ([`super::plan`] turns it into
+/// writes and Events).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub enum Step {
     Nothing,
     Start,
     MarkDeleting,
@@ -147,21 +148,21 @@ pub fn next(
     set: Option<&LiveSet>,
     journal: Option<&Result<Journal, String>>,
     converge: bool,
-) -> Action {
+) -> Step {
     let journal = match journal {
         None => {
             return match set {
-                Some(s) if converge && s.wants && !s.deleting => Action::Start,
-                _ => Action::Nothing,
+                Some(s) if converge && s.wants && !s.deleting => Step::Start,
+                _ => Step::Nothing,
             };
         }
-        Some(Err(why)) => return Action::Stuck(why.clone()),
+        Some(Err(why)) => return Step::Stuck(why.clone()),
         Some(Ok(j)) => j,
     };
     match set {
         None => match journal.step {
-            JournalStep::Deleting => Action::Create,
-            JournalStep::Journaled => Action::Drop(DropReason::DeletedByUser),
+            JournalStep::Deleting => Step::Create,
+            JournalStep::Journaled => Step::Drop(DropReason::DeletedByUser),
         },
         Some(s) if s.uid != journal.uid => {
             let journaled = journal
@@ -172,19 +173,19 @@ pub fn next(
                 .unwrap_or(&[]);
             match templates::classify_template_change(journaled, &s.templates) {
                 templates::Classification::Unchanged if restores_ownership(journal, s) => {
-                    Action::Restore {
+                    Step::Restore {
                         resource_version: s.resource_version.clone(),
                     }
                 }
-                templates::Classification::Unchanged => Action::Drop(DropReason::Finished),
-                _ => Action::Drop(DropReason::Replaced),
+                templates::Classification::Unchanged => Step::Drop(DropReason::Finished),
+                _ => Step::Drop(DropReason::Replaced),
             }
         }
-        Some(s) if s.deleting => Action::WaitGone,
-        Some(s) if s.resource_version != journal.resource_version => Action::Recheck,
+        Some(s) if s.deleting => Step::WaitGone,
+        Some(s) if s.resource_version != journal.resource_version => Step::Recheck,
         Some(s) => match journal.step {
-            JournalStep::Journaled => Action::MarkDeleting,
-            JournalStep::Deleting => Action::Delete {
+            JournalStep::Journaled => Step::MarkDeleting,
+            JournalStep::Deleting => Step::Delete {
                 uid: s.uid.clone(),
                 resource_version: s.resource_version.clone(),
             },
@@ -416,7 +417,7 @@ pub fn journal_configmap(
     }
     Ok(ConfigMap {
         metadata: ObjectMeta {
-            name: Some(crate::controller::context::journal_name(&namespace, &name)),
+            name: Some(names::journal_name(&namespace, &name)),
             namespace: Some(controller_namespace.to_owned()),
             labels: Some(BTreeMap::from([(
                 names::JOURNAL_LABEL.to_owned(),
@@ -598,7 +599,7 @@ mod tests {
         Option<LiveSet>,
         Option<&'a Result<Journal, String>>,
         bool,
-        Action,
+        Step,
     );
 
     #[test]
@@ -636,43 +637,43 @@ mod tests {
                 Some(live("u1", "41", false, false, "1Gi")),
                 None,
                 true,
-                Action::Nothing,
+                Step::Nothing,
             ),
             (
                 "recorded: start",
                 Some(live("u1", "41", false, true, "1Gi")),
                 None,
                 true,
-                Action::Start,
+                Step::Start,
             ),
             (
                 "converge off",
                 Some(live("u1", "41", false, true, "1Gi")),
                 None,
                 false,
-                Action::Nothing,
+                Step::Nothing,
             ),
             (
                 "someone else deleting",
                 Some(live("u1", "41", true, true, "1Gi")),
                 None,
                 true,
-                Action::Nothing,
+                Step::Nothing,
             ),
-            ("no set, no journal", None, None, true, Action::Nothing),
+            ("no set, no journal", None, None, true, Step::Nothing),
             (
                 "journaled: mark",
                 Some(live("u1", "41", false, true, "1Gi")),
                 Some(&j),
                 true,
-                Action::MarkDeleting,
+                Step::MarkDeleting,
             ),
             (
                 "marked: delete",
                 Some(live("u1", "41", false, true, "1Gi")),
                 Some(&d),
                 true,
-                Action::Delete {
+                Step::Delete {
                     uid: "u1".into(),
                     resource_version: "41".into(),
                 },
@@ -682,7 +683,7 @@ mod tests {
                 Some(live("u1", "41", false, true, "1Gi")),
                 Some(&d),
                 false,
-                Action::Delete {
+                Step::Delete {
                     uid: "u1".into(),
                     resource_version: "41".into(),
                 },
@@ -692,42 +693,36 @@ mod tests {
                 Some(live("u1", "42", false, true, "1Gi")),
                 Some(&j),
                 true,
-                Action::Recheck,
+                Step::Recheck,
             ),
             (
                 "moved before delete",
                 Some(live("u1", "42", false, true, "1Gi")),
                 Some(&d),
                 true,
-                Action::Recheck,
+                Step::Recheck,
             ),
             (
                 "deleting",
                 Some(live("u1", "42", true, true, "1Gi")),
                 Some(&d),
                 true,
-                Action::WaitGone,
+                Step::WaitGone,
             ),
-            (
-                "gone after our delete",
-                None,
-                Some(&d),
-                true,
-                Action::Create,
-            ),
+            ("gone after our delete", None, Some(&d), true, Step::Create),
             (
                 "gone before our delete",
                 None,
                 Some(&j),
                 true,
-                Action::Drop(DropReason::DeletedByUser),
+                Step::Drop(DropReason::DeletedByUser),
             ),
             (
                 "created by us: restore ownership",
                 created(&[names::CONTROLLER_NAME]),
                 Some(&d),
                 true,
-                Action::Restore {
+                Step::Restore {
                     resource_version: "50".into(),
                 },
             ),
@@ -736,49 +731,49 @@ mod tests {
                 created(&["helm", names::CONTROLLER_NAME]),
                 Some(&d),
                 true,
-                Action::Drop(DropReason::Finished),
+                Step::Drop(DropReason::Finished),
             ),
             (
                 "someone else wrote the new set first: theirs stands",
                 created(&[names::CONTROLLER_NAME, "kubectl-edit"]),
                 Some(&d),
                 true,
-                Action::Drop(DropReason::Finished),
+                Step::Drop(DropReason::Finished),
             ),
             (
                 "journal without managedFields: nothing to restore",
                 created(&[names::CONTROLLER_NAME]),
                 Some(&old_journal),
                 true,
-                Action::Drop(DropReason::Finished),
+                Step::Drop(DropReason::Finished),
             ),
             (
                 "journaled ownership all ours: nothing to restore",
                 created(&[names::CONTROLLER_NAME]),
                 Some(&only_ours),
                 true,
-                Action::Drop(DropReason::Finished),
+                Step::Drop(DropReason::Finished),
             ),
             (
                 "no managedFields on the new set: not ours to restore",
                 created(&[]),
                 Some(&d),
                 true,
-                Action::Drop(DropReason::Finished),
+                Step::Drop(DropReason::Finished),
             ),
             (
                 "replaced by a user",
                 Some(live("u3", "50", false, false, "9Gi")),
                 Some(&d),
                 true,
-                Action::Drop(DropReason::Replaced),
+                Step::Drop(DropReason::Replaced),
             ),
             (
                 "unreadable",
                 None,
                 Some(&bad),
                 true,
-                Action::Stuck("broken".into()),
+                Step::Stuck("broken".into()),
             ),
         ];
         for (name, set, journal, converge, want) in cases {

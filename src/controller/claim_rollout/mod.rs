@@ -1,47 +1,44 @@
-//! Claim rollout and convergence (KEP-4650): patch existing claims to the desired templates,
-//! report their status, and re-create the set with the desired templates.
+//! Claim rollout (KEP-4650): patch existing claims to the desired templates and report their
+//! status (`volume-claim-status`).
 //!
 //! - [`plan`]: pure rollout planner (claims in, patches out); [`status`]: the KEP status per
-//!   template; [`converge`]: the journal format and its state machine; [`act`]: API calls.
+//!   template; [`assessment`]: what one claim needs; [`rollout_actions`]: a plan as writes
+//!   and Events.
 //! - Desired templates are those of the annotation `desired-volume-claim-templates` while it
 //!   is present, else the set's own (after convergence the set carries them, and the rollout
-//!   goes on from there). So convergence does not wait for the claims: it starts as soon as
-//!   the annotation appears, which is when GitOps tools stop seeing a difference, and the
-//!   rollout is the same before and after it.
+//!   goes on from there). So convergence ([`super::convergence`]) does not wait for the
+//!   claims: it starts as soon as the annotation appears, which is when GitOps tools stop
+//!   seeing a difference, and the rollout is the same before and after it.
 //! - Within one reconcile: claim patches first, then the status annotation (only when it
 //!   changes and no journal is open, so the set's resourceVersion does not move under a
-//!   journal), then convergence.
+//!   journal); convergence runs after.
 //! - Sets that never used the feature (no desired annotation, policy `OnDelete`, no status
 //!   annotation yet) get no status annotation: nothing is written to them.
 
-pub mod act;
-pub mod converge;
+pub mod assessment;
 pub mod plan;
 pub mod status;
 
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::runtime::events::EventType;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use super::action::{self, Action, Kind, Report, Request, Target, Verb, Write};
-use super::context::{Ctx, Error, SetSnapshot};
-use super::executor::Outcome;
+use super::context::{Ctx, Error};
+use super::executor::Ran;
+use super::snapshot::SetSnapshot;
 use crate::admission::set_claims;
 use crate::admission::statefulset::max_unavailable;
 use crate::admission::statefulset::{ClaimUpdatePolicy, claim_update_policy};
 use crate::names;
-use act::event;
 use plan::{PodFacts, Replica, Rollout, Slot};
 use serde_json::json;
 
@@ -51,29 +48,17 @@ pub struct SetLabels {
     pub statefulset: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StepLabels {
-    pub step: &'static str,
-}
-
-/// Metrics of the claim rollout and convergence, and what this controller already reported
-/// (so that a Warning is published once per cause, not on every resync).
+/// The feature: its metrics, and the sets whose rollout is in progress (for the gauge).
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub struct ClaimRollout {
     patched: Counter,
     patch_errors: Counter,
     incompatible: Family<SetLabels, Gauge>,
     rollouts_in_progress: Gauge,
-    converge_steps: Family<StepLabels, Counter>,
-    memory: Mutex<Memory>,
+    in_progress: Mutex<HashSet<(String, String)>>,
 }
 
-#[derive(Debug, Default)]
-struct Memory {
-    in_progress: HashSet<(String, String)>,
-}
-
-impl Metrics {
+impl ClaimRollout {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
@@ -96,68 +81,24 @@ impl Metrics {
             "StatefulSets whose claims are not all compatible with their templates yet",
             m.rollouts_in_progress.clone(),
         );
-        registry.register(
-            "statefulset_converge_steps",
-            "Convergence steps taken, by step",
-            m.converge_steps.clone(),
-        );
         m
     }
 
-    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
-        self.memory.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn step(&self, step: &'static str) {
-        self.converge_steps
-            .get_or_create(&StepLabels { step })
-            .inc();
-    }
-
     fn set_in_progress(&self, namespace: &str, name: &str, in_progress: bool) {
-        let mut memory = self.memory();
+        let mut sets = self.in_progress.lock().unwrap_or_else(|p| p.into_inner());
         let key = (namespace.to_owned(), name.to_owned());
         if in_progress {
-            memory.in_progress.insert(key);
+            sets.insert(key);
         } else {
-            memory.in_progress.remove(&key);
+            sets.remove(&key);
         }
         self.rollouts_in_progress
-            .set(i64::try_from(memory.in_progress.len()).unwrap_or(i64::MAX));
+            .set(i64::try_from(sets.len()).unwrap_or(i64::MAX));
     }
-}
 
-/// At most `max` bytes of `s`, cut on a character boundary.
-pub fn clip(s: &str, max: usize) -> String {
-    crate::admission::statefulset::templates::truncate(s, max)
-}
-
-/// One reconcile step for `snapshot`; returns when to look again.
-pub async fn sync(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>, Error> {
-    let mut first_error = None;
-    if ctx.config.features.claim_rollout
-        && let Err(e) = rollout(snapshot, ctx).await
-    {
-        first_error = Some(e);
-    }
-    let wants = annotations(&snapshot.set)
-        .is_some_and(|a| a.contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES));
-    let deleting = snapshot.set.metadata.deletion_timestamp.is_some();
-    let after =
-        if snapshot.journal.is_some() || (ctx.config.features.converge && wants && !deleting) {
-            act::converge(
-                ctx,
-                &snapshot.namespace,
-                &snapshot.name,
-                ctx.config.features.converge,
-            )
-            .await?
-        } else {
-            None
-        };
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(after),
+    /// One reconcile step of `snapshot`'s claims.
+    pub async fn sync(&self, snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
+        rollout(self, snapshot, ctx).await
     }
 }
 
@@ -225,20 +166,17 @@ pub fn rollout_settings(set: &StatefulSet, replicas: usize) -> (Rollout, Option<
     (rollout, problem)
 }
 
+/// A Warning about the set's rollout, once per key.
 async fn warn_once(ctx: &Ctx, key: String, set: &StatefulSet, reason: &str, note: String) {
-    if ctx.exec.first_report(&key) {
-        ctx.event(
-            set,
-            event(EventType::Warning, reason, "RolloutClaims", note),
-        )
+    let about = action::reference_of(Kind::StatefulSet, &set.metadata);
+    ctx.exec
+        .report(&Report::warning(about, reason, "RolloutClaims", note).once(key))
         .await;
-    }
 }
 
-async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
+async fn rollout(metrics: &ClaimRollout, snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
     let set = snapshot.set.as_ref();
     let (ns, name) = (&snapshot.namespace, &snapshot.name);
-    let metrics = &ctx.metrics.claims;
     let uid = set.metadata.uid.clone().unwrap_or_default();
     let templates = match desired_templates(set) {
         Ok(t) => t,
@@ -259,19 +197,7 @@ async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
     }
     // A claim we patched whose new version the cache has not shown yet: planning now would
     // work on stale sizes and budgets. Its watch event triggers the next reconcile.
-    let stale = snapshot.claims.iter().any(|(_, _, c)| {
-        c.as_ref().is_some_and(|c| {
-            ctx.exec.is_stale(
-                &action::key(
-                    Kind::Claim,
-                    ns,
-                    c.metadata.name.as_deref().unwrap_or_default(),
-                ),
-                c.metadata.resource_version.as_deref(),
-            )
-        })
-    });
-    if stale {
+    if snapshot.is_stale(&ctx.exec, Kind::Claim) {
         return Ok(());
     }
     let (settings, problem) = rollout_settings(set, snapshot.ordinals.len());
@@ -356,27 +282,24 @@ async fn rollout(snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
         });
     metrics.set_in_progress(ns, name, in_use && plan.in_progress);
     let write_status = in_use && snapshot.journal.is_none();
+    let actions = rollout_actions(snapshot, &plan, write_status);
+    let ran = ctx.exec.run(&actions).await;
     let mut first_error = None;
-    for action in rollout_actions(snapshot, &plan, write_status) {
-        let Action::Write(write) = action else {
-            if let Action::Report(report) = action {
-                ctx.exec.report(&report).await;
-            }
-            continue;
-        };
-        let result = ctx.exec.write(&write).await;
-        if write.verb == Verb::PatchClaim {
-            match &result {
-                Ok(Outcome::Done(_)) => {
+    for (action, ran) in actions.iter().zip(ran) {
+        if let Action::Write(write) = action
+            && write.verb == Verb::PatchClaim
+        {
+            match &ran {
+                Ran::Written(Ok(outcome)) if outcome.is_done() => {
                     metrics.patched.inc();
                 }
-                Ok(Outcome::Observed) => {}
-                Err(_) => {
+                Ran::Written(Err(_)) => {
                     metrics.patch_errors.inc();
                 }
+                _ => {}
             }
         }
-        if let Err(e) = result {
+        if let Ran::Written(Err(e)) = ran {
             first_error.get_or_insert(Error::Kube(e));
         }
     }
@@ -534,33 +457,6 @@ pub fn rollout_actions(
         actions.push(Action::Write(write));
     }
     actions
-}
-
-/// Finishes journals whose set is gone (the set controller only sees sets that exist): the
-/// crash-after-delete case, and the wait for an orphan delete to complete. Runs until `stop`.
-pub async fn run_journals(ctx: std::sync::Arc<Ctx>, stop: CancellationToken) {
-    let poll = ctx.config.converge_poll;
-    loop {
-        let journals = ctx.view.journals();
-        ctx.metrics.journals(&journals);
-        for journal in journals {
-            let Some((namespace, name)) = converge::owner(&journal) else {
-                continue;
-            };
-            if ctx.view.has_stateful_set(&namespace, &name) {
-                continue;
-            }
-            if let Err(error) =
-                act::converge(&ctx, &namespace, &name, ctx.config.features.converge).await
-            {
-                tracing::warn!(%error, %namespace, %name, "converge step failed");
-            }
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(poll) => {}
-        }
-    }
 }
 
 #[cfg(test)]

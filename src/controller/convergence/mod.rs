@@ -1,0 +1,297 @@
+//! Convergence (KEP-4650): re-create a StatefulSet with its recorded templates, through a
+//! journal, so that the live object carries them and a crash at any step loses nothing.
+//!
+//! - [`journal`]: the journal's format and its state machine;
+//! - [`plan`]: pure, what exists now in, the next step's writes and Events out;
+//! - here, the shell: read the set and its journal fresh from the API (the view may lag behind
+//!   our own writes, and the journal holds the whole object), run the plan through the
+//!   executor, read again; and the loop that finishes journals whose set is gone.
+
+pub mod journal;
+pub mod plan;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::action::Action;
+use super::context::{Ctx, Error};
+use super::executor::{Ran, code};
+use super::snapshot::SetSnapshot;
+use crate::names;
+use plan::{Plan, Poll, State, Then};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    pub step: &'static str,
+}
+
+/// The feature: its metrics, registered once per process.
+#[derive(Debug, Default)]
+pub struct Convergence {
+    steps: Family<StepLabels, Counter>,
+    journals_open: Gauge,
+    oldest_journal: Gauge,
+}
+
+impl Convergence {
+    pub fn register(registry: &mut Registry) -> Self {
+        let feature = Self::default();
+        registry.register(
+            "statefulset_converge_steps",
+            "Convergence steps taken, by step",
+            feature.steps.clone(),
+        );
+        registry.register(
+            "convergence_journals_open",
+            "Convergence journals (ConfigMaps of StatefulSets being re-created) open now; reported by the leader",
+            feature.journals_open.clone(),
+        );
+        registry.register(
+            "convergence_journal_oldest_timestamp_seconds",
+            "When the oldest open convergence journal was created, Unix time; 0 while none is open",
+            feature.oldest_journal.clone(),
+        );
+        feature
+    }
+
+    /// Leadership lost: the journal gauges are the leader's to report.
+    pub fn leadership_lost(&self) {
+        self.journals(&[]);
+    }
+
+    /// The convergence journals open now: a convergence takes seconds, so an old journal
+    /// means one is stuck (a StatefulSet may be orphan-deleted and not re-created yet).
+    pub fn journals(&self, open: &[Arc<ConfigMap>]) {
+        let oldest = open
+            .iter()
+            .filter_map(|j| j.metadata.creation_timestamp.as_ref())
+            .map(|t| t.0.as_second())
+            .min();
+        self.journals_open
+            .set(i64::try_from(open.len()).unwrap_or(i64::MAX));
+        self.oldest_journal.set(oldest.unwrap_or(0));
+    }
+
+    /// One reconcile of `snapshot`: converge it when it has recorded templates to apply or a
+    /// journal open.
+    pub async fn sync(&self, snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>, Error> {
+        let set = snapshot.set.as_ref();
+        let wants = set
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES));
+        let deleting = set.metadata.deletion_timestamp.is_some();
+        if snapshot.journal.is_some() || (ctx.config.features.converge && wants && !deleting) {
+            self.converge(ctx, &snapshot.namespace, &snapshot.name)
+                .await
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Drives the convergence of set `namespace/name` as far as it goes now: read, plan, run,
+    /// and again, one step per pass (a full convergence is seven). Returns when to look again.
+    pub async fn converge(
+        &self,
+        ctx: &Ctx,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Duration>, Error> {
+        let poll = ctx.config.converge_poll;
+        let sets: Api<DynamicObject> = Api::namespaced_with(
+            ctx.client.clone(),
+            namespace,
+            &ApiResource::erase::<StatefulSet>(&()),
+        );
+        let journals = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.config.namespace);
+        let journal_name = names::journal_name(namespace, name);
+        for _ in 0..8 {
+            let live = sets
+                .get_opt(name)
+                .await?
+                .map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
+            let journal = journals.get_opt(&journal_name).await?;
+            let state = State {
+                namespace,
+                name,
+                controller_namespace: &ctx.config.namespace,
+                live: live.as_ref(),
+                journal: journal.as_ref(),
+                enabled: ctx.config.features.converge,
+            };
+            let (actions, steps, then) = match plan::plan(&state) {
+                Plan::Wait(None) => return Ok(None),
+                Plan::Wait(Some(Poll)) => return Ok(Some(poll)),
+                Plan::Invalid(why) => return Err(Error::Invalid(why)),
+                Plan::Act {
+                    actions,
+                    steps,
+                    then,
+                } => (actions, steps, then),
+            };
+            tracing::debug!(namespace, name, ?steps, "converge step");
+            let ran = ctx.exec.run(&actions).await;
+            let live_uid = live
+                .as_ref()
+                .and_then(|l| l.pointer("/metadata/uid"))
+                .and_then(Value::as_str);
+            for (index, step) in steps {
+                if let Some(Ran::Written(Ok(outcome))) = ran.get(index)
+                    && outcome.is_done()
+                {
+                    // The set the step is about: the one created, else the live one.
+                    let created = (step == "created").then(|| outcome.uid()).flatten();
+                    let uid = created.as_deref().or(live_uid);
+                    self.step_taken(ctx, step, namespace, name, uid, &journal_name);
+                }
+            }
+            // Observe mode: nothing was written, so nothing moves on.
+            if ran.iter().any(Ran::is_observed) {
+                return Ok(None);
+            }
+            // An answer the plan did not expect ends the pass; the others are read again.
+            let unexpected =
+                actions
+                    .iter()
+                    .zip(ran)
+                    .find_map(|(action, ran)| match (action, ran) {
+                        (Action::Write(write), Ran::Written(Err(error)))
+                            if !code(&error).is_some_and(|c| write.expected.contains(&c)) =>
+                        {
+                            Some(error)
+                        }
+                        _ => None,
+                    });
+            if let Some(error) = unexpected {
+                return Err(error.into());
+            }
+            if then == Then::Stop {
+                return Ok(None);
+            }
+        }
+        Ok(Some(poll))
+    }
+
+    /// A convergence step taken: counted, and logged at info with the set, its uid and the
+    /// journal (uninstall and incident reviews read these lines).
+    fn step_taken(
+        &self,
+        ctx: &Ctx,
+        step: &'static str,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+        journal: &str,
+    ) {
+        self.steps.get_or_create(&StepLabels { step }).inc();
+        tracing::info!(
+            step,
+            namespace,
+            name,
+            uid = uid.unwrap_or(""),
+            journal = %format!("{}/{journal}", ctx.config.namespace),
+            "convergence step"
+        );
+    }
+
+    /// Finishes journals whose set is gone (the set controller only sees sets that exist): the
+    /// crash-after-delete case, and the wait for an orphan delete to complete. Runs until
+    /// `stop`.
+    pub async fn run_journals(&self, ctx: Arc<Ctx>, stop: CancellationToken) {
+        let poll = ctx.config.converge_poll;
+        loop {
+            let journals = ctx.view.journals();
+            self.journals(&journals);
+            for journal in journals {
+                let Some((namespace, name)) = journal::owner(&journal) else {
+                    continue;
+                };
+                if ctx.view.has_stateful_set(&namespace, &name) {
+                    continue;
+                }
+                if let Err(error) = self.converge(&ctx, &namespace, &name).await {
+                    tracing::warn!(%error, %namespace, %name, "converge step failed");
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(poll) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal(created: Option<&str>) -> Arc<ConfigMap> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "sa-journal.db.x", "creationTimestamp": created},
+            }))
+            .expect("configmap"),
+        )
+    }
+
+    fn scraped(registry: &Registry) -> Vec<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).expect("encode");
+        text.lines()
+            .filter(|l| l.starts_with("convergence_journal"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn journals_report_how_many_are_open_and_when_the_oldest_was_created() {
+        let mut registry = Registry::default();
+        let metrics = Convergence::register(&mut registry);
+        assert_eq!(
+            scraped(&registry),
+            [
+                "convergence_journals_open 0",
+                "convergence_journal_oldest_timestamp_seconds 0"
+            ]
+        );
+        metrics.journals(&[
+            journal(Some("2030-01-01T00:10:00Z")),
+            journal(Some("2030-01-01T00:00:00Z")),
+            journal(None),
+        ]);
+        assert_eq!(
+            scraped(&registry),
+            [
+                "convergence_journals_open 3",
+                "convergence_journal_oldest_timestamp_seconds 1893456000"
+            ]
+        );
+        metrics.journals(&[journal(Some("2030-01-01T00:10:00Z"))]);
+        assert_eq!(
+            scraped(&registry)[1],
+            "convergence_journal_oldest_timestamp_seconds 1893456600"
+        );
+        // A replica that loses the Lease stops reporting what only the leader watches.
+        metrics.leadership_lost();
+        assert_eq!(
+            scraped(&registry),
+            [
+                "convergence_journals_open 0",
+                "convergence_journal_oldest_timestamp_seconds 0"
+            ]
+        );
+    }
+}
