@@ -20,4 +20,5 @@ pub mod review;
 pub mod server;
 pub mod status;
 pub mod telemetry;
+pub mod text;
 pub mod write_limit;

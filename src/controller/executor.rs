@@ -456,10 +456,7 @@ impl Executor {
         let event = Event {
             type_: report.type_,
             reason: report.reason.clone(),
-            note: Some(crate::admission::statefulset::templates::truncate(
-                &report.note,
-                super::action::MAX_NOTE,
-            )),
+            note: Some(crate::text::clip(&report.note, super::action::MAX_NOTE)),
             action: report.action.clone(),
             secondary: report.related.clone(),
         };

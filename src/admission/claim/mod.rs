@@ -95,14 +95,7 @@ const SHOWN_MAX: usize = 64;
 
 /// A value as quoted in a message: cut at [`SHOWN_MAX`] bytes (on a character boundary).
 fn shown(s: &str) -> String {
-    if s.len() <= SHOWN_MAX {
-        return s.to_owned();
-    }
-    let mut end = SHOWN_MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
+    crate::text::clip(s, SHOWN_MAX)
 }
 
 #[cfg(test)]

@@ -132,13 +132,7 @@ fn go_atoi(s: &str) -> i64 {
 }
 
 fn short_json(v: &Value) -> String {
-    let s = v.to_string();
-    if s.len() <= 64 {
-        s
-    } else {
-        let cut = (0..=61).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
-        format!("{}...", &s[..cut])
-    }
+    crate::text::clip(&v.to_string(), 64)
 }
 
 /// apps/validation `validateRollingUpdateStatefulSet`, the maxUnavailable part:

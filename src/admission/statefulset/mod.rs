@@ -21,8 +21,9 @@ use serde_json::{Map, Value};
 use super::warning::{self, Warning};
 use super::{BadValue, Context, Denial, FieldError, Phase, Policy, Verdict};
 use crate::names;
+use crate::text::clip;
 use max_unavailable::{ANNOTATION_PATH, IntOrPercent, MAX_UNAVAILABLE_PATH};
-use templates::{Classification, TemplateChange, truncate};
+use templates::{Classification, TemplateChange};
 
 /// Field path of the claim update policy annotation.
 pub const UPDATE_POLICY_PATH: &str =
@@ -62,7 +63,7 @@ pub fn claim_update_policy(
         Some(raw) => parse(raw).ok_or_else(|| {
             FieldError::not_supported(
                 UPDATE_POLICY_PATH,
-                BadValue::Str(truncate(raw, 64)),
+                BadValue::Str(clip(raw, 64)),
                 &["InPlace", "OnDelete"],
             )
         }),

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::admission::{BadValue, FieldError};
 use crate::quantity::Quantity;
+use crate::text::clip;
 
 pub const TEMPLATES_PATH: &str = "spec.volumeClaimTemplates";
 /// Field path of the desired-templates annotation, as apimachinery names a map key.
@@ -518,7 +519,7 @@ pub fn check_desired_annotation(raw: &str, live: &[Value]) -> Vec<FieldError> {
             MAX_DESIRED_TEMPLATES_BYTES,
         )];
     }
-    let shown = || BadValue::Str(truncate(raw, 40));
+    let shown = || BadValue::Str(clip(raw, 40));
     let desired: Vec<Value> = match serde_json::from_str::<Value>(raw) {
         Ok(Value::Array(items)) => items,
         Ok(_) => {
@@ -549,7 +550,7 @@ pub fn check_desired_annotation(raw: &str, live: &[Value]) -> Vec<FieldError> {
         return vec![FieldError::invalid(
             DESIRED_PATH,
             shown(),
-            truncate(
+            clip(
                 &format!(
                     "must name the templates {live_names:?} in this order, not {desired_names:?}"
                 ),
@@ -573,25 +574,13 @@ pub fn check_desired_annotation(raw: &str, live: &[Value]) -> Vec<FieldError> {
                     detail,
                 } => FieldError::invalid(
                     DESIRED_PATH,
-                    BadValue::Str(truncate(&value, 40)),
+                    BadValue::Str(clip(&value, 40)),
                     format!("template {name:?}: {path}: {detail}"),
                 ),
             });
         }
     }
     errors
-}
-
-/// At most `max` bytes of `s`, cut on a character boundary, with `...` when cut.
-pub fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let cut = (0..=max.saturating_sub(3))
-        .rev()
-        .find(|i| s.is_char_boundary(*i))
-        .unwrap_or(0);
-    format!("{}...", &s[..cut])
 }
 
 #[cfg(test)]

@@ -315,7 +315,7 @@ impl Worker<'_> {
                             Event {
                                 type_: EventType::Warning,
                                 reason: "DefaultStorageClassRejected".to_owned(),
-                                note: Some(truncate(note, 1000)),
+                                note: Some(note),
                                 action: "AssignStorageClass".to_owned(),
                                 secondary: None,
                             },
@@ -376,18 +376,6 @@ pub fn assign(
         "AssignStorageClass",
         note,
     ))
-}
-
-/// Event notes are limited to 1 kB.
-fn truncate(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut cut = max;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
-    text
 }
 
 #[cfg(test)]
@@ -526,12 +514,5 @@ mod tests {
         assert_eq!(c.index.len(), 1);
         absorb(&mut c, Event::Delete(claim("z", "u-z", "5", json!({}))));
         assert!(c.index.is_empty());
-    }
-
-    #[test]
-    fn long_notes_are_cut_on_a_character_boundary() {
-        assert_eq!(truncate("é".repeat(600), 1000).len(), 1000);
-        assert_eq!(truncate("abc".to_owned(), 1000), "abc");
-        assert_eq!(truncate("aé".to_owned(), 2), "a");
     }
 }
