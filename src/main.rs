@@ -1,20 +1,16 @@
-//! Command line: `serve` runs the webhook; `review` evaluates one AdmissionReview offline;
-//! `check` verifies an install; `certs generate` writes certificates for local development.
-//! The flags are defined in the library's `cli` module.
+//! Command line: `serve` runs the webhook and the controller; `review` evaluates one
+//! AdmissionReview offline; `check` verifies an install; `status` shows storage rollouts;
+//! `certs generate` writes certificates for local development. The flags and what the
+//! one-shot commands print are in the library's `cli` module; here is the wiring of `serve`.
 
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use stateful_admission::admission::{Context, GateCell, Phase};
-use stateful_admission::certs::{self, rotation::Lifetimes, self_managed::SelfManagedConfig};
-use stateful_admission::cli::{
-    self, CertsCommand, CertsGenerateArgs, CheckArgs, CheckOutput, Command, PatchFormat, PhaseArg,
-    ReviewArgs, ServeArgs, Show,
-};
+use stateful_admission::admission::GateCell;
+use stateful_admission::certs::{rotation::Lifetimes, self_managed::SelfManagedConfig};
+use stateful_admission::cli::{self, CertsCommand, Command, ServeArgs};
 use stateful_admission::cluster::{ClusterView, state_file, watch};
 use stateful_admission::controller::{Controller, ControllerConfig};
-use stateful_admission::review::offline::{self, Phases};
 use stateful_admission::server::{Companion, ListenerLimits, ServeConfig, Server, TlsSource};
 use stateful_admission::telemetry::{self, LogFormat};
 use stateful_admission::write_limit;
@@ -26,9 +22,9 @@ fn main() -> ExitCode {
     let cli = cli::parse();
     match cli.command {
         Command::Serve(args) => serve(*args),
-        Command::Review(args) => review(args),
-        Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
-        Command::Check(args) => check(args),
+        Command::Review(args) => cli::review::run(args),
+        Command::Certs(CertsCommand::Generate(args)) => cli::certs::generate(args),
+        Command::Check(args) => cli::check::run(args),
         Command::Status(args) => status(args),
     }
 }
@@ -44,94 +40,6 @@ fn status(args: stateful_admission::status::Args) -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-fn check(args: CheckArgs) -> ExitCode {
-    use stateful_admission::check::{Check, Report};
-    // The report carries every failure; the client's own error lines (a 404 is an ERROR to
-    // it) would only repeat them. RUST_LOG still turns them on.
-    telemetry::init(LogFormat::Text, "off");
-    let outcome = match tokio::runtime::Runtime::new() {
-        Err(error) => Err((
-            Report {
-                checks: vec![Check::failed(
-                    "runtime",
-                    format!("cannot start the runtime: {error}"),
-                    "",
-                )],
-            },
-            ExitCode::FAILURE,
-        )),
-        // Exit 2 without a cluster configuration.
-        Ok(runtime) => runtime
-            .block_on(check_release(&args))
-            .map_err(|no_cluster| {
-                (
-                    Report::without_cluster(no_cluster.to_string()),
-                    ExitCode::from(2),
-                )
-            }),
-    };
-    let (report, code) = match (outcome, args.output) {
-        (Ok(report), _) => {
-            let code = if report.failed() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            };
-            (report, code)
-        }
-        // JSON in every outcome, so that scripts can rely on it.
-        (Err((report, code)), CheckOutput::Json) => (report, code),
-        (Err((report, code)), CheckOutput::Text) => {
-            for failed in &report.checks {
-                match failed.hint.as_str() {
-                    "" => eprintln!("error: {}", failed.message),
-                    hint => eprintln!("error: {}; {hint}", failed.message),
-                }
-            }
-            return code;
-        }
-    };
-    let text = match args.output {
-        CheckOutput::Text => report.text(),
-        CheckOutput::Json => match serde_json::to_string_pretty(&report) {
-            Ok(json) => json + "\n",
-            Err(error) => {
-                eprintln!("error: {error}");
-                return ExitCode::FAILURE;
-            }
-        },
-    };
-    if let Err(e) = std::io::stdout().lock().write_all(text.as_bytes())
-        && e.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        eprintln!("error: cannot write the output: {e}");
-        return ExitCode::FAILURE;
-    }
-    code
-}
-
-/// Runs every check against the release the flags name, or says why there is no cluster.
-async fn check_release(
-    args: &CheckArgs,
-) -> Result<stateful_admission::check::Report, stateful_admission::connect::NoCluster> {
-    use stateful_admission::check::{Release, gather};
-    let config = match &args.context {
-        Some(context) => stateful_admission::connect::from_context(context).await?,
-        None => stateful_admission::connect::infer().await?,
-    };
-    let namespace = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| config.default_namespace.clone());
-    let mut release = Release::of(&args.release, &namespace);
-    release.service_port = args.service_port;
-    release.probe_namespace = args.probe_namespace.clone();
-    if let Some(lease) = &args.lease_name {
-        release.lease = lease.clone();
-    }
-    Ok(gather::run(config, &release).await)
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
@@ -312,129 +220,5 @@ fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
         async {
             let _ = tokio::signal::ctrl_c().await;
         }
-    }
-}
-
-fn certs_generate(args: CertsGenerateArgs) -> ExitCode {
-    if args.ca_days < 1 || args.days < 1 || args.days > args.ca_days {
-        eprintln!("error: need 1 <= --days <= --ca-days");
-        return ExitCode::from(2);
-    }
-    let names = certs::service_dns_names(&args.service, &args.namespace);
-    let written = certs::generate(&args.service, &names, args.ca_days, args.days)
-        .and_then(|generated| generated.write(&args.out, args.with_ca_key));
-    match written {
-        Ok(paths) => {
-            println!("CA certificate:      {}", paths.ca_cert.display());
-            println!("serving certificate: {}", paths.cert.display());
-            println!("serving key:         {}", paths.key.display());
-            println!("DNS names:           {}", names.join(", "));
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn review(args: ReviewArgs) -> ExitCode {
-    telemetry::init(LogFormat::Text, "warn");
-    let bad_input = |message: String| {
-        eprintln!("error: {message}");
-        ExitCode::from(2)
-    };
-    if args.show == Show::Object {
-        if args.patch_given {
-            return bad_input(
-                "--patch formats the printed review; --show object prints the object instead"
-                    .to_owned(),
-            );
-        }
-        if matches!(args.phase, Some(PhaseArg::Validate)) {
-            return bad_input(
-                "--show object needs the mutating phase: a validating webhook never changes the object"
-                    .to_owned(),
-            );
-        }
-    }
-    let view = match &args.state {
-        Some(path) => match state_file::load(path) {
-            Ok(objects) => ClusterView::from_objects(objects),
-            Err(e) => return bad_input(e.to_string()),
-        },
-        None => ClusterView::empty(),
-    };
-    let mut body = Vec::new();
-    let read = if args.review.as_os_str() == "-" {
-        std::io::stdin().read_to_end(&mut body).map(|_| ())
-    } else {
-        std::fs::read(&args.review).map(|b| body = b)
-    };
-    if let Err(e) = read {
-        return bad_input(format!("cannot read {}: {e}", args.review.display()));
-    }
-    let phases = match args.phase {
-        None => Phases::Both,
-        Some(PhaseArg::Mutate) => Phases::Only(Phase::Mutate),
-        Some(PhaseArg::Validate) => Phases::Only(Phase::Validate),
-    };
-    let policy = args.policy.policy();
-    let ctx = Context {
-        view: &view,
-        policy: &policy,
-    };
-    let outcome = match offline::review(&body, phases, &ctx) {
-        Ok(outcome) => outcome,
-        Err(e) => return bad_input(format!("{}: {e}", args.review.display())),
-    };
-    if args.state.is_none() {
-        // Rules that read cluster state (default classes, expansion limits, a set's stored
-        // templates) see nothing, which is easy to mistake for their answer.
-        eprintln!(
-            "note: no --state given: reviewed against an empty cluster (no StorageClasses, Namespaces, StatefulSets or claims)"
-        );
-    }
-    let allowed = outcome.allowed;
-    let printed = match (args.show, args.patch) {
-        (Show::Review, PatchFormat::Base64) => outcome.review,
-        (Show::Review, PatchFormat::Json) => match outcome.review_with_decoded_patch() {
-            Ok(review) => review,
-            Err(e) => return bad_input(e),
-        },
-        (Show::Object, _) if !allowed => {
-            // Nothing would be stored; say why, as kubectl would.
-            let message = outcome
-                .review
-                .pointer("/response/status/message")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("denied");
-            eprintln!("denied: {message}");
-            return ExitCode::from(1);
-        }
-        (Show::Object, _) => match outcome.object {
-            Some(object) => object,
-            None => {
-                return bad_input(format!(
-                    "{}: --show object: the request carries no object (a DELETE or CONNECT)",
-                    args.review.display()
-                ));
-            }
-        },
-    };
-    let text = match serde_json::to_string_pretty(&printed) {
-        Ok(text) => text,
-        Err(e) => return bad_input(e.to_string()),
-    };
-    // A reader that stops early (`| head`) is not an error of ours.
-    if let Err(e) = writeln!(std::io::stdout().lock(), "{text}")
-        && e.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        return bad_input(format!("cannot write the output: {e}"));
-    }
-    if allowed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
     }
 }

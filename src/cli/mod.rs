@@ -1,4 +1,5 @@
-//! The command line: flags and subcommands ([`args`]), read by [`parse`].
+//! The command line: flags and subcommands ([`args`]), read by [`parse`], and what the
+//! one-shot commands print ([`review`], [`check`], [`certs`]; `status` is [`crate::status`]).
 //!
 //! Environment names: every flag of `serve` can be set as `STATEFUL_ADMISSION_<FLAG>` (upper
 //! case, dashes to underscores), because a Deployment configures the server through its
@@ -8,6 +9,9 @@
 //! `certs generate`) come from the command line only: a variable exported for `serve` never changes them.
 
 pub mod args;
+pub mod certs;
+pub mod check;
+pub mod review;
 
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
