@@ -5,6 +5,8 @@
 //! Pure core, thin shell: [`admission`] holds the rules as plain functions over a read-only
 //! [`cluster::ClusterView`]; [`server`] and the command line only wire them up.
 
+#![warn(unreachable_pub)]
+
 pub mod admission;
 pub mod allocator;
 pub mod certs;
@@ -20,5 +22,5 @@ pub mod review;
 pub mod server;
 pub mod status;
 pub mod telemetry;
-pub mod text;
+pub(crate) mod text;
 pub mod write_limit;

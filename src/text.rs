@@ -3,7 +3,7 @@
 
 /// At most `max` bytes of `s`: as it is when it fits, else cut on a character boundary and
 /// ended with `...` (within the `max`).
-pub fn clip(s: &str, max: usize) -> String {
+pub(crate) fn clip(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }

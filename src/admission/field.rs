@@ -150,7 +150,7 @@ impl fmt::Display for FieldError {
 
 /// `utilerrors.NewAggregate(errs).Error()`: one message alone, several in brackets, with
 /// duplicate messages dropped.
-pub fn aggregate(errors: &[FieldError]) -> String {
+pub(crate) fn aggregate(errors: &[FieldError]) -> String {
     let mut seen: Vec<String> = Vec::with_capacity(errors.len());
     for e in errors {
         let msg = e.to_string();

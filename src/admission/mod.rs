@@ -4,11 +4,11 @@
 //! the server and the `review` command alike.
 
 pub mod claim;
-pub mod field;
-pub mod gate;
-pub mod set_claims;
+pub(crate) mod field;
+pub(crate) mod gate;
+pub(crate) mod set_claims;
 pub mod statefulset;
-pub mod warning;
+pub(crate) mod warning;
 
 use json_patch::PatchOperation;
 use kube::core::admission::{AdmissionRequest, Operation};

@@ -11,13 +11,13 @@ use crate::cluster::ClusterView;
 use crate::names;
 
 /// `<template>-<set>-<ordinal>`.
-pub fn claim_name(template: &str, set: &str, ordinal: u32) -> String {
+pub(crate) fn claim_name(template: &str, set: &str, ordinal: u32) -> String {
     format!("{template}-{set}-{ordinal}")
 }
 
 /// A claim name resolved to the set, template and ordinal it belongs to.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SetClaim {
+pub(crate) struct SetClaim {
     pub set: std::sync::Arc<StatefulSet>,
     pub template: String,
     pub ordinal: u32,
@@ -26,7 +26,7 @@ pub struct SetClaim {
 /// Every `(template, set, ordinal)` that could have produced the claim name `claim`. Names
 /// are ambiguous (`a-b-c-0` is template `a` of set `b-c`, or template `a-b` of set `c`), so
 /// every split is returned; only a set that really has such a template is the owner.
-pub fn candidates(claim: &str) -> Vec<(&str, &str, u32)> {
+pub(crate) fn candidates(claim: &str) -> Vec<(&str, &str, u32)> {
     let Some((prefix, ordinal)) = claim.rsplit_once('-') else {
         return Vec::new();
     };
@@ -48,7 +48,7 @@ pub fn candidates(claim: &str) -> Vec<(&str, &str, u32)> {
 }
 
 /// Finds the StatefulSet in the view whose template would produce `claim` in `namespace`.
-pub fn resolve(view: &ClusterView, namespace: &str, claim: &str) -> Option<SetClaim> {
+pub(crate) fn resolve(view: &ClusterView, namespace: &str, claim: &str) -> Option<SetClaim> {
     candidates(claim)
         .into_iter()
         .find_map(|(template, set_name, ordinal)| {
@@ -67,7 +67,7 @@ pub fn resolve(view: &ClusterView, namespace: &str, claim: &str) -> Option<SetCl
 
 /// The desired templates recorded on a set, if any: `None` without the annotation, an error
 /// when it does not parse as a JSON array of claims.
-pub fn desired_templates(
+pub(crate) fn desired_templates(
     annotations: Option<&BTreeMap<String, String>>,
 ) -> Option<Result<Vec<PersistentVolumeClaim>, serde_json::Error>> {
     let raw = annotations?.get(names::DESIRED_VOLUME_CLAIM_TEMPLATES)?;

@@ -16,11 +16,11 @@
 use std::fmt::Write as _;
 
 /// Longest warning, in characters, that kube-apiserver never cuts.
-pub const MAX_CHARS: usize = 256;
+pub(crate) const MAX_CHARS: usize = 256;
 /// Characters of warnings per request the apiserver passes on before it starts cutting.
-pub const MAX_TOTAL_CHARS: usize = 4096;
+pub(crate) const MAX_TOTAL_CHARS: usize = 4096;
 /// Longest user-supplied value quoted in full.
-pub const VALUE_MAX_CHARS: usize = 100;
+pub(crate) const VALUE_MAX_CHARS: usize = 100;
 
 /// Between the subject and the first fact.
 const SUBJECT_END: &str = ": ";
@@ -94,18 +94,18 @@ impl Warning {
 }
 
 /// Characters of `s`, as the apiserver counts them (runes).
-pub fn chars(s: &str) -> usize {
+pub(crate) fn chars(s: &str) -> usize {
     s.chars().count()
 }
 
 /// A user-supplied value in double quotes, escaped as Go's `%q` would (control characters
 /// included); longer than [`VALUE_MAX_CHARS`], its start followed by how long it was.
-pub fn quote(value: &str) -> String {
+pub(crate) fn quote(value: &str) -> String {
     quote_to(value, VALUE_MAX_CHARS)
 }
 
 /// [`quote`] with another limit.
-pub fn quote_to(value: &str, max: usize) -> String {
+pub(crate) fn quote_to(value: &str, max: usize) -> String {
     let (head, total) = head(value, max);
     match total {
         None => format!("{head:?}"),
@@ -115,12 +115,12 @@ pub fn quote_to(value: &str, max: usize) -> String {
 
 /// A user-supplied value as it is (a quantity, a number), control characters escaped; longer
 /// than [`VALUE_MAX_CHARS`], its start followed by how long it was.
-pub fn cut(value: &str) -> String {
+pub(crate) fn cut(value: &str) -> String {
     cut_to(value, VALUE_MAX_CHARS)
 }
 
 /// [`cut`] with another limit.
-pub fn cut_to(value: &str, max: usize) -> String {
+pub(crate) fn cut_to(value: &str, max: usize) -> String {
     let (head, total) = head(value, max);
     let head = escape_controls(head);
     match total {
@@ -155,7 +155,7 @@ fn escape_controls(s: &str) -> String {
 
 /// A warning of more than [`MAX_CHARS`] as several: each part ends at a boundary (`; `, then
 /// `, `, then a space, then anywhere) and is marked as continued.
-pub fn split(warning: &str) -> Vec<String> {
+pub(crate) fn split(warning: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = warning;
     let mut first = true;
@@ -185,7 +185,7 @@ pub fn split(warning: &str) -> Vec<String> {
 /// Every warning of a response as the apiserver will pass it on unchanged: control
 /// characters escaped, none longer than [`MAX_CHARS`] (split, not cut), and no more in total
 /// than [`MAX_TOTAL_CHARS`] (past it, a last warning says how many were left out).
-pub fn fit(warnings: Vec<String>) -> Vec<String> {
+pub(crate) fn fit(warnings: Vec<String>) -> Vec<String> {
     let parts: Vec<String> = warnings
         .iter()
         .flat_map(|w| split(&escape_controls(w)))

@@ -14,7 +14,7 @@ use crate::names;
 
 /// The serving certificate as found in the release's Secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServingCert {
+pub(crate) enum ServingCert {
     /// `tls.crt` of the Secret named (PEM: the leaf first, then any intermediates).
     Read { secret: String, chain_pem: String },
     /// Why it could not be read (no such Secret, forbidden).
@@ -23,10 +23,10 @@ pub enum ServingCert {
 
 /// What each webhook URL (`clientConfig.url`, an endpoint outside the cluster) served in a TLS
 /// handshake, by `host:port`: the chain (DER, leaf first) or why none was had.
-pub type Served = std::collections::BTreeMap<String, Result<Vec<Vec<u8>>, String>>;
+pub(crate) type Served = std::collections::BTreeMap<String, Result<Vec<Vec<u8>>, String>>;
 
 /// The `host:port` and path of an `https` webhook URL, as the apiserver would call it.
-pub fn url_endpoint(url: &str) -> Result<(String, String, String), String> {
+pub(crate) fn url_endpoint(url: &str) -> Result<(String, String, String), String> {
     let uri: axum::http::Uri = url
         .parse()
         .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
@@ -52,7 +52,7 @@ pub fn url_endpoint(url: &str) -> Result<(String, String, String), String> {
 
 /// What the dry-run requests showed about the apiserver → Service → pod path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PathProof {
+pub(crate) enum PathProof {
     /// A response carried our mutation or warning: the apiserver called the webhook and
     /// trusted its certificate.
     Reached,
@@ -60,7 +60,7 @@ pub enum PathProof {
 }
 
 /// `kind` is `mutating` or `validating`; `config` the configuration named like the release.
-pub fn webhook_configuration(
+pub(crate) fn webhook_configuration(
     kind: &str,
     config: Option<&Value>,
     release: &Release,
@@ -325,7 +325,7 @@ fn verify(
 /// Why the webhooks never see requests in the probe namespace, if they do not: the chart
 /// excludes kube-system, the release namespace and namespaces labelled
 /// `stateful-admission.io/ignore: "true"` (the server allows those unchanged as well).
-pub fn probe_namespace_excluded(
+pub(crate) fn probe_namespace_excluded(
     release: &Release,
     labels: Option<&std::collections::BTreeMap<String, String>>,
 ) -> Option<Check> {
@@ -350,7 +350,7 @@ pub fn probe_namespace_excluded(
 /// A dry-run StatefulSet create carrying `max-unavailable` above its replicas: the
 /// mutating webhook warns (or, with `--strict-max-unavailable`, denies) naming the annotation.
 /// `outcome` is the created object and the warnings, or the error message.
-pub fn statefulset_dry_run(outcome: &Result<Vec<String>, String>) -> (Check, PathProof) {
+pub(crate) fn statefulset_dry_run(outcome: &Result<Vec<String>, String>) -> (Check, PathProof) {
     let name = "dry-run StatefulSet create";
     let ours =
         |text: &str| text.contains(names::MAX_UNAVAILABLE) || text.contains("maxUnavailable");
@@ -400,7 +400,7 @@ pub fn statefulset_dry_run(outcome: &Result<Vec<String>, String>) -> (Check, Pat
 /// A dry-run edit of an existing set's volumeClaimTemplates: which set, and the object as it
 /// would be stored with the warnings, or the apiserver's message.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TemplateEdit {
+pub(crate) struct TemplateEdit {
     pub name: String,
     pub outcome: Result<(Value, Vec<String>), String>,
 }
@@ -408,7 +408,10 @@ pub struct TemplateEdit {
 /// The template edit is allowed because the mutating webhook records it and puts the live
 /// templates back; without the webhook the apiserver refuses it (`spec: Forbidden`).
 /// `None`: no set with templates in `namespace` to try it on.
-pub fn template_edit_dry_run(namespace: &str, edit: &Option<TemplateEdit>) -> (Check, PathProof) {
+pub(crate) fn template_edit_dry_run(
+    namespace: &str,
+    edit: &Option<TemplateEdit>,
+) -> (Check, PathProof) {
     let name = "dry-run StatefulSet template edit";
     let Some(edit) = edit else {
         return (
@@ -488,7 +491,7 @@ pub fn template_edit_dry_run(namespace: &str, edit: &Option<TemplateEdit>) -> (C
 /// The built-in DefaultStorageClass plugin may have set it before our webhook, so a class
 /// alone proves nothing about the path (the StatefulSet check does); no class where a
 /// default exists does show a missing mutation.
-pub fn claim_dry_run(outcome: &Result<Value, String>, default_class: Option<&str>) -> Check {
+pub(crate) fn claim_dry_run(outcome: &Result<Value, String>, default_class: Option<&str>) -> Check {
     let name = "dry-run PersistentVolumeClaim create";
     match (outcome, default_class) {
         (Err(message), _) => Check::failed(
@@ -526,7 +529,7 @@ pub fn claim_dry_run(outcome: &Result<Value, String>, default_class: Option<&str
 }
 
 /// The controller's Lease: present, held, and renewed within its duration.
-pub fn lease(lease: Option<&Value>, name: &str, now: jiff::Timestamp) -> Check {
+pub(crate) fn lease(lease: Option<&Value>, name: &str, now: jiff::Timestamp) -> Check {
     let check = "controller lease";
     let hint = format!("see {}", runbook("controller-without-leader"));
     let Some(lease) = lease else {
@@ -578,7 +581,7 @@ pub fn lease(lease: Option<&Value>, name: &str, now: jiff::Timestamp) -> Check {
 /// The MaxUnavailableStatefulSet gate as the controller's leader keeps it on its Lease
 /// (`stateful-admission.io/max-unavailable-gate`); `None` without a held Lease (the lease
 /// check says why) or when the leader does not drive maxUnavailable.
-pub fn max_unavailable_gate(lease: Option<&Value>) -> Option<Check> {
+pub(crate) fn max_unavailable_gate(lease: Option<&Value>) -> Option<Check> {
     let name = "maxUnavailable gate";
     let lease = lease?;
     lease
@@ -611,7 +614,7 @@ pub fn max_unavailable_gate(lease: Option<&Value>) -> Option<Check> {
 
 /// One access the ServiceAccount needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Access {
+pub(crate) struct Access {
     /// The feature that needs it.
     pub feature: &'static str,
     pub verb: &'static str,
@@ -625,7 +628,7 @@ pub struct Access {
 
 /// The switches of `serve` that change what the ServiceAccount needs (all on by default).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Features {
+pub(crate) struct Features {
     pub controller: bool,
     pub claim_rollout: bool,
     pub converge: bool,
@@ -667,7 +670,7 @@ impl Default for Features {
 
 impl Features {
     /// The switches as the Deployment's container arguments set them (`--converge=false`).
-    pub fn from_args(args: &[String]) -> Self {
+    pub(crate) fn from_args(args: &[String]) -> Self {
         let off = |flag: &str| args.iter().any(|a| a == &format!("--{flag}=false"));
         let value = |flag: &str| {
             let prefix = format!("--{flag}=");
@@ -697,7 +700,7 @@ impl Features {
 
     /// What the chart grants for these switches (templates/rbac.yaml), one need per line;
     /// `release` names the objects granted by name where the Deployment does not.
-    pub fn needs(&self, release: &super::Release) -> Vec<Access> {
+    pub(crate) fn needs(&self, release: &super::Release) -> Vec<Access> {
         let a = |feature, verb, group, resource, in_release_namespace| Access {
             feature,
             verb,
@@ -804,7 +807,10 @@ impl Features {
 
 /// The answers of the SelfSubjectAccessReviews made as the ServiceAccount, one per need
 /// (`Ok(allowed)`), or why impersonation was refused.
-pub fn permissions(service_account: &str, answers: &Result<Vec<(Access, bool)>, String>) -> Check {
+pub(crate) fn permissions(
+    service_account: &str,
+    answers: &Result<Vec<(Access, bool)>, String>,
+) -> Check {
     let name = "service account permissions";
     let answers = match answers {
         Ok(answers) => answers,
@@ -852,7 +858,7 @@ pub fn permissions(service_account: &str, answers: &Result<Vec<(Access, bool)>, 
 }
 
 /// The apiserver's version and which proposals it implements natively there.
-pub fn version(git_version: &Result<String, String>, features: &Features) -> Check {
+pub(crate) fn version(git_version: &Result<String, String>, features: &Features) -> Check {
     let name = "kubernetes version";
     let hint = format!("see {}", runbook("which-of-our-features-to-turn-off-there"));
     let text = match git_version {

@@ -4,7 +4,7 @@
 //! proposals each Kubernetes version implements natively.
 
 pub mod gather;
-pub mod judge;
+pub(crate) mod judge;
 pub mod versions;
 
 use serde::Serialize;

@@ -8,7 +8,7 @@
 //! one-shot commands' own flags (`review --phase/--patch/--show`, `check`, `status`,
 //! `certs generate`) come from the command line only: a variable exported for `serve` never changes them.
 
-pub mod args;
+pub(crate) mod args;
 pub mod certs;
 pub mod check;
 pub mod review;

@@ -49,11 +49,11 @@ pub enum Change {
 
 /// The subscribers; cheap to clone. With none, publishing costs a lock and nothing is kept.
 #[derive(Clone, Default)]
-pub struct Feed(Arc<Mutex<Vec<UnboundedSender<Change>>>>);
+pub(crate) struct Feed(Arc<Mutex<Vec<UnboundedSender<Change>>>>);
 
 impl Feed {
     /// A receiver of every change published from now on.
-    pub fn subscribe(&self) -> UnboundedReceiver<Change> {
+    pub(crate) fn subscribe(&self) -> UnboundedReceiver<Change> {
         let (tx, rx) = unbounded_channel();
         self.subscribers().push(tx);
         rx
@@ -61,7 +61,7 @@ impl Feed {
 
     /// Sends the change `change()` builds to every subscriber (building it only when there
     /// is one); subscribers that went away are dropped.
-    pub fn publish(&self, change: impl FnOnce() -> Change) {
+    pub(crate) fn publish(&self, change: impl FnOnce() -> Change) {
         let mut subscribers = self.subscribers();
         if subscribers.is_empty() {
             return;
@@ -71,7 +71,8 @@ impl Feed {
     }
 
     /// How many subscribers are held.
-    pub fn subscriber_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn subscriber_count(&self) -> usize {
         self.subscribers().len()
     }
 

@@ -8,10 +8,10 @@
 //! are held as compact JSON ([`store`]). After each change is applied, the view publishes it
 //! to its subscribers ([`feed`]), so a reader reacting to a change sees at least that change.
 
-pub mod feed;
+pub(crate) mod feed;
 pub mod lite;
 pub mod state_file;
-pub mod store;
+pub(crate) mod store;
 pub mod watch;
 
 use std::sync::Arc;

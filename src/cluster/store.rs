@@ -45,7 +45,7 @@ impl Shared {
 }
 
 /// The read side, handing out `T`; cheap to clone.
-pub struct Compact<T> {
+pub(crate) struct Compact<T> {
     shared: Arc<Shared>,
     ready: tokio::sync::watch::Receiver<bool>,
     full: PhantomData<fn() -> T>,
@@ -62,7 +62,7 @@ impl<T> Clone for Compact<T> {
 }
 
 /// The write side of one kind, owned by whichever source fills the view.
-pub struct CompactWriter<L> {
+pub(crate) struct CompactWriter<L> {
     shared: Arc<Shared>,
     ready: tokio::sync::watch::Sender<bool>,
     /// The generation of the list in progress, or of the last one.
@@ -73,7 +73,7 @@ pub struct CompactWriter<L> {
 /// The writer went away before the store saw a complete list.
 #[derive(Debug, thiserror::Error)]
 #[error("a store of the cluster view was dropped before it was filled")]
-pub struct WriterDropped;
+pub(crate) struct WriterDropped;
 
 impl<L: Lite> Default for CompactWriter<L> {
     fn default() -> Self {
@@ -88,7 +88,7 @@ impl<L: Lite> Default for CompactWriter<L> {
 }
 
 impl<L: Lite> CompactWriter<L> {
-    pub fn as_reader(&self) -> Compact<L::Full> {
+    pub(crate) fn as_reader(&self) -> Compact<L::Full> {
         Compact {
             shared: self.shared.clone(),
             ready: self.ready.subscribe(),
@@ -98,7 +98,7 @@ impl<L: Lite> CompactWriter<L> {
 
     /// Applies one watcher event, with a kube reflector's semantics but without a second
     /// map during a relist (see the module).
-    pub fn apply(&mut self, event: &watcher::Event<L>) {
+    pub(crate) fn apply(&mut self, event: &watcher::Event<L>) {
         match event {
             watcher::Event::Init => self.mark = self.mark.wrapping_add(1),
             watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
@@ -166,13 +166,13 @@ impl<T: DeserializeOwned> Compact<T> {
         serde_json::from_slice(json).ok().map(Arc::new)
     }
 
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<T>> {
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<Arc<T>> {
         let objects = self.shared.read();
         Self::decode(&objects.get(namespace)?.get(name)?.json)
     }
 
     /// Whether `namespace/name` is held (nothing is decoded).
-    pub fn contains(&self, namespace: &str, name: &str) -> bool {
+    pub(crate) fn contains(&self, namespace: &str, name: &str) -> bool {
         self.shared
             .read()
             .get(namespace)
@@ -180,7 +180,11 @@ impl<T: DeserializeOwned> Compact<T> {
     }
 
     /// The objects of `namespace` whose name passes `wanted`; only those are decoded.
-    pub fn in_namespace(&self, namespace: &str, wanted: impl Fn(&str) -> bool) -> Vec<Arc<T>> {
+    pub(crate) fn in_namespace(
+        &self,
+        namespace: &str,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Vec<Arc<T>> {
         let objects = self.shared.read();
         objects
             .get(namespace)
@@ -194,7 +198,7 @@ impl<T: DeserializeOwned> Compact<T> {
     }
 
     /// The names held in `namespace`.
-    pub fn names_in(&self, namespace: &str) -> Vec<String> {
+    pub(crate) fn names_in(&self, namespace: &str) -> Vec<String> {
         let objects = self.shared.read();
         objects
             .get(namespace)
@@ -204,7 +208,7 @@ impl<T: DeserializeOwned> Compact<T> {
     }
 
     /// Every `(namespace, name)` held.
-    pub fn keys(&self) -> Vec<(String, String)> {
+    pub(crate) fn keys(&self) -> Vec<(String, String)> {
         let objects = self.shared.read();
         objects
             .iter()
@@ -217,7 +221,7 @@ impl<T: DeserializeOwned> Compact<T> {
     }
 
     /// Every object, decoded (for kinds with few objects).
-    pub fn all(&self) -> Vec<Arc<T>> {
+    pub(crate) fn all(&self) -> Vec<Arc<T>> {
         let objects = self.shared.read();
         objects
             .values()
@@ -226,16 +230,12 @@ impl<T: DeserializeOwned> Compact<T> {
             .collect()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.shared.read().values().map(HashMap::len).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.shared.read().is_empty()
-    }
-
     /// The bytes of stored JSON, for measurements.
-    pub fn json_bytes(&self) -> usize {
+    pub(crate) fn json_bytes(&self) -> usize {
         let objects = self.shared.read();
         objects
             .values()
@@ -245,7 +245,7 @@ impl<T: DeserializeOwned> Compact<T> {
     }
 
     /// Resolves once the store has seen a complete list.
-    pub async fn wait_until_ready(&self) -> Result<(), WriterDropped> {
+    pub(crate) async fn wait_until_ready(&self) -> Result<(), WriterDropped> {
         let mut ready = self.ready.clone();
         ready
             .wait_for(|ready| *ready)

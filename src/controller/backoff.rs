@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// Failures in a row, by object.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     base: Duration,
     cap: Duration,
     failures: Mutex<HashMap<String, u32>>,
@@ -21,7 +21,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    pub fn new(base: Duration, cap: Duration) -> Self {
+    pub(crate) fn new(base: Duration, cap: Duration) -> Self {
         Self {
             base,
             cap,
@@ -34,7 +34,7 @@ impl Backoff {
     }
 
     /// `key` failed again: how long to wait before the next try.
-    pub fn failed(&self, key: &str) -> Duration {
+    pub(crate) fn failed(&self, key: &str) -> Duration {
         let mut failures = self.failures();
         let n = failures.entry(key.to_owned()).or_insert(0);
         let wait = self.base.saturating_mul(1u32 << (*n).min(20)).min(self.cap);
@@ -43,7 +43,7 @@ impl Backoff {
     }
 
     /// `key` succeeded (or is gone): the next failure starts from the base again.
-    pub fn succeeded(&self, key: &str) {
+    pub(crate) fn succeeded(&self, key: &str) {
         let mut failures = self.failures();
         if !failures.is_empty() {
             failures.remove(key);
@@ -51,11 +51,13 @@ impl Backoff {
     }
 
     /// Objects failing now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.failures().len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -34,14 +34,14 @@ impl Default for LeaseTiming {
 
 /// The last lease record seen, and when (by our clock) it was first seen.
 #[derive(Debug, Clone, Default)]
-pub struct Observation {
+pub(crate) struct Observation {
     record: Option<(Option<String>, Option<String>)>,
     since: Option<Instant>,
 }
 
 impl Observation {
     /// Notes the holder and renew time of `lease`; the clock restarts when they change.
-    pub fn observe(&mut self, lease: Option<&Lease>, now: Instant) {
+    pub(crate) fn observe(&mut self, lease: Option<&Lease>, now: Instant) {
         let record = lease.map(|l| {
             let spec = l.spec.as_ref();
             (
@@ -59,7 +59,7 @@ impl Observation {
 
 /// What a candidate should do with the lease it just read.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// No lease yet: create one held by us.
     Create(LeaseSpec),
     /// Write this spec (renewing ours or taking an expired or released one).
@@ -70,7 +70,7 @@ pub enum Decision {
 
 /// Decides from the lease as read, what we have observed of it, and the wall-clock `now`
 /// (only written into the record, never compared with another node's clock).
-pub fn decide(
+pub(crate) fn decide(
     lease: Option<&Lease>,
     identity: &str,
     observation: &Observation,
@@ -113,7 +113,7 @@ pub fn decide(
 }
 
 /// Campaigns for and holds one Lease.
-pub struct Elector {
+pub(crate) struct Elector {
     api: Api<Lease>,
     name: String,
     identity: String,
@@ -125,10 +125,10 @@ pub struct Elector {
 
 /// Annotations the holder keeps on its Lease at each renewal (what it knows that others, such
 /// as `check`, read there): no write of its own, they ride on the renewals.
-pub type StatusAnnotations = Box<dyn Fn() -> Vec<(&'static str, String)> + Send + Sync>;
+pub(crate) type StatusAnnotations = Box<dyn Fn() -> Vec<(&'static str, String)> + Send + Sync>;
 
 impl Elector {
-    pub fn new(api: Api<Lease>, name: &str, identity: &str, timing: LeaseTiming) -> Self {
+    pub(crate) fn new(api: Api<Lease>, name: &str, identity: &str, timing: LeaseTiming) -> Self {
         Self {
             api,
             name: name.to_owned(),
@@ -141,7 +141,7 @@ impl Elector {
     }
 
     /// Keeps these annotations on the Lease while holding it.
-    pub fn with_status(mut self, status: StatusAnnotations) -> Self {
+    pub(crate) fn with_status(mut self, status: StatusAnnotations) -> Self {
         self.status = Some(status);
         self
     }
@@ -203,7 +203,7 @@ impl Elector {
     }
 
     /// Returns once we hold the lease, or `false` if `stop` was cancelled first.
-    pub async fn acquire(&mut self, stop: &CancellationToken) -> bool {
+    pub(crate) async fn acquire(&mut self, stop: &CancellationToken) -> bool {
         loop {
             match self.try_acquire_or_renew().await {
                 Ok(true) => {
@@ -224,7 +224,7 @@ impl Elector {
 
     /// Renews until the lease is lost (no successful renewal within the renew deadline, or
     /// taken over) or `stop` is cancelled. Returns `true` when stopped while still leading.
-    pub async fn hold(&mut self, stop: &CancellationToken) -> bool {
+    pub(crate) async fn hold(&mut self, stop: &CancellationToken) -> bool {
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return true,
@@ -250,7 +250,7 @@ impl Elector {
 
     /// Gives the lease up so that another replica takes over at once (client-go's
     /// ReleaseOnCancel): empty holder, one-second duration.
-    pub async fn release(&mut self) {
+    pub(crate) async fn release(&mut self) {
         let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
             return;
         };

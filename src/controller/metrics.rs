@@ -8,19 +8,19 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReconcileLabels {
+pub(crate) struct ReconcileLabels {
     pub controller: &'static str,
     pub result: &'static str,
 }
 
 #[derive(Debug)]
-pub struct ControllerMetrics {
+pub(crate) struct ControllerMetrics {
     leader: Gauge,
     reconciles: Family<ReconcileLabels, Counter>,
 }
 
 impl ControllerMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
             leader: Gauge::default(),
             reconciles: Family::default(),
@@ -38,11 +38,11 @@ impl ControllerMetrics {
         metrics
     }
 
-    pub fn set_leader(&self, leading: bool) {
+    pub(crate) fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
     }
 
-    pub fn reconciled(&self, controller: &'static str, result: &'static str) {
+    pub(crate) fn reconciled(&self, controller: &'static str, result: &'static str) {
         self.reconciles
             .get_or_create(&ReconcileLabels { controller, result })
             .inc();

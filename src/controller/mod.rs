@@ -5,18 +5,18 @@
 //! acting (API calls), and makes no write when nothing needs to change.
 
 pub mod action;
-pub mod backoff;
-pub mod claim_rollout;
-pub mod conditions;
-pub mod context;
+pub(crate) mod backoff;
+pub(crate) mod claim_rollout;
+pub(crate) mod conditions;
+pub(crate) mod context;
 pub mod convergence;
-pub mod default_class;
+pub(crate) mod default_class;
 pub mod executor;
-pub mod leader;
+pub(crate) mod leader;
 pub mod max_unavailable;
-pub mod metrics;
-pub mod sets;
-pub mod snapshot;
+pub(crate) mod metrics;
+pub(crate) mod sets;
+pub(crate) mod snapshot;
 
 use std::sync::Arc;
 use std::time::Duration;

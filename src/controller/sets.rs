@@ -38,7 +38,7 @@ const NAME: &str = "statefulset";
 
 /// Reconciles running at once (each mostly waits on the API; the bound keeps a cold start
 /// over thousands of sets from flooding it).
-pub const CONCURRENCY: u16 = 16;
+pub(crate) const CONCURRENCY: u16 = 16;
 
 /// What the applier's store holds of a set: its namespace and name.
 type SetKey = PartialObjectMeta<StatefulSet>;
@@ -150,7 +150,7 @@ fn route(view: &ClusterView, keys: &mut Keys, change: Change) -> Vec<ObjectRef<S
 
 /// The features that look at every set, each where it is on.
 #[derive(Clone, Default)]
-pub struct SetFeatures {
+pub(crate) struct SetFeatures {
     pub claim_rollout: Option<Arc<ClaimRollout>>,
     /// With the claim rollout or convergence on: journals are finished either way.
     pub convergence: Option<Arc<Convergence>>,
@@ -159,7 +159,7 @@ pub struct SetFeatures {
 }
 
 impl SetFeatures {
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.claim_rollout.is_some()
             || self.convergence.is_some()
             || self.conditions.is_some()
@@ -175,7 +175,7 @@ struct Runner {
     backoff: Backoff,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Ctx>,
     features: SetFeatures,
     metrics: Arc<ControllerMetrics>,
@@ -311,7 +311,7 @@ fn error_policy(set: Arc<SetKey>, _error: &Error, runner: Arc<Runner>) -> Action
 }
 
 /// The sooner of two optional deadlines.
-pub fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+pub(crate) fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, None) => a,

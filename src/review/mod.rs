@@ -5,7 +5,7 @@
 //! as the apiserver would.
 
 pub mod builder;
-pub mod mode;
+pub(crate) mod mode;
 pub mod offline;
 pub mod respond;
 pub mod wire;

@@ -5,7 +5,7 @@
 
 pub mod listener;
 pub mod metrics;
-pub mod probes;
+pub(crate) mod probes;
 pub mod routes;
 pub mod tls;
 

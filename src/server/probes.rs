@@ -13,23 +13,23 @@ use prometheus_client::registry::Registry;
 /// Ready means: the TLS listener is bound, the cluster view has synced, and we are not
 /// shutting down.
 #[derive(Debug, Default)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     tls_bound: AtomicBool,
     synced: AtomicBool,
     draining: AtomicBool,
 }
 
 impl Readiness {
-    pub fn set_tls_bound(&self) {
+    pub(crate) fn set_tls_bound(&self) {
         self.tls_bound.store(true, Ordering::SeqCst);
     }
-    pub fn set_synced(&self) {
+    pub(crate) fn set_synced(&self) {
         self.synced.store(true, Ordering::SeqCst);
     }
-    pub fn set_draining(&self) {
+    pub(crate) fn set_draining(&self) {
         self.draining.store(true, Ordering::SeqCst);
     }
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.tls_bound.load(Ordering::SeqCst)
             && self.synced.load(Ordering::SeqCst)
             && !self.draining.load(Ordering::SeqCst)
@@ -41,7 +41,7 @@ struct ProbeState {
     registry: Arc<Registry>,
 }
 
-pub fn router(readiness: Arc<Readiness>, registry: Arc<Registry>) -> Router {
+pub(crate) fn router(readiness: Arc<Readiness>, registry: Arc<Registry>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

@@ -11,23 +11,23 @@ use crate::admission::statefulset::templates::desired_annotation;
 use crate::controller::convergence::journal as converge;
 use crate::names;
 
-pub const NS: &str = "db";
+pub(super) const NS: &str = "db";
 
 /// `T0 + seconds`.
-pub fn at(seconds: i64) -> Timestamp {
+pub(super) fn at(seconds: i64) -> Timestamp {
     let t0: Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
     t0 + SignedDuration::from_secs(seconds)
 }
 
-pub fn time(seconds: i64) -> String {
+pub(super) fn time(seconds: i64) -> String {
     at(seconds).strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// When the reports of the tests are made.
-pub const NOW: i64 = 600;
+pub(super) const NOW: i64 = 600;
 
 /// The `data` template of class `fast` asking for `storage`.
-pub fn template(storage: &str) -> Value {
+pub(super) fn template(storage: &str) -> Value {
     json!({"metadata": {"name": "data"},
            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
                     "resources": {"requests": {"storage": storage}}, "volumeMode": "Filesystem"}})
@@ -36,7 +36,7 @@ pub fn template(storage: &str) -> Value {
 /// A settled set `name` of 3 replicas, with the controller's conditions, with live template `live`; `desired` recorded by the
 /// webhook at T0+100 (the applier `helm` owning the annotation, as the apiserver attributes a
 /// webhook's mutation); `policy` as annotation.
-pub fn set(name: &str, live: &str, desired: Option<&str>, policy: Option<&str>) -> Value {
+pub(super) fn set(name: &str, live: &str, desired: Option<&str>, policy: Option<&str>) -> Value {
     let mut annotations = serde_json::Map::new();
     if let Some(p) = policy {
         annotations.insert(names::VOLUME_CLAIM_UPDATE_POLICY.into(), json!(p));
@@ -79,7 +79,7 @@ pub fn set(name: &str, live: &str, desired: Option<&str>, policy: Option<&str>) 
 }
 
 /// A bound claim of set `set`, replica `ordinal`, asking for `request` with `capacity`.
-pub fn claim(set: &str, ordinal: u32, request: &str, capacity: &str) -> Value {
+pub(super) fn claim(set: &str, ordinal: u32, request: &str, capacity: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
            "metadata": {"name": format!("data-{set}-{ordinal}"), "namespace": NS,
                         "uid": format!("uid-data-{set}-{ordinal}"), "resourceVersion": "20"},
@@ -91,18 +91,18 @@ pub fn claim(set: &str, ordinal: u32, request: &str, capacity: &str) -> Value {
 }
 
 /// The three claims of set `name`, each asking for `request` with `capacity`.
-pub fn claims(name: &str, request: &str, capacity: &str) -> Vec<Value> {
+pub(super) fn claims(name: &str, request: &str, capacity: &str) -> Vec<Value> {
     (0..3).map(|n| claim(name, n, request, capacity)).collect()
 }
 
-pub fn class(name: &str, expand: bool) -> Value {
+pub(super) fn class(name: &str, expand: bool) -> Value {
     json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
            "metadata": {"name": name}, "provisioner": "disk.example.com",
            "allowVolumeExpansion": expand})
 }
 
 /// The journal the controller writes for `set` (as returned by the apiserver), at `step`.
-pub fn journal(set: &Value, step: &str) -> Value {
+pub(super) fn journal(set: &Value, step: &str) -> Value {
     let object = converge::desired_object(set).expect("desired object");
     let mut cm = serde_json::to_value(
         converge::journal_configmap("stateful-admission", set, &object).expect("journal"),
@@ -115,7 +115,7 @@ pub fn journal(set: &Value, step: &str) -> Value {
 }
 
 /// An Event of ours about `kind/name` (uid `uid`) at T0+`seconds`.
-pub fn event(
+pub(super) fn event(
     reason: &str,
     type_: &str,
     kind: &str,
@@ -134,7 +134,7 @@ pub fn event(
 }
 
 /// `value` with `pointer` set to `x` (objects made on the way).
-pub fn with(mut value: Value, pointer: &str, x: Value) -> Value {
+pub(super) fn with(mut value: Value, pointer: &str, x: Value) -> Value {
     let mut node = &mut value;
     for part in pointer.trim_start_matches('/').split('/') {
         let part = part.replace("~1", "/").replace("~0", "~");
@@ -157,7 +157,7 @@ pub fn with(mut value: Value, pointer: &str, x: Value) -> Value {
 }
 
 /// `value` without the member at `pointer`.
-pub fn without(mut value: Value, pointer: &str) -> Value {
+pub(super) fn without(mut value: Value, pointer: &str) -> Value {
     let (parent, last) = pointer.rsplit_once('/').expect("pointer");
     if let Some(Value::Object(map)) = value.pointer_mut(parent) {
         map.remove(&last.replace("~1", "/"));
@@ -165,11 +165,11 @@ pub fn without(mut value: Value, pointer: &str) -> Value {
     value
 }
 
-pub fn inputs(objects: &[Value]) -> Inputs {
+pub(super) fn inputs(objects: &[Value]) -> Inputs {
     Inputs::from_json(objects).expect("fixtures")
 }
 
-pub fn selection(name: Option<&str>) -> Selection {
+pub(super) fn selection(name: Option<&str>) -> Selection {
     Selection {
         namespace: Some(NS.to_owned()),
         name: name.map(str::to_owned),
@@ -178,7 +178,11 @@ pub fn selection(name: Option<&str>) -> Selection {
 }
 
 /// The judged report of `inputs` at T0+[`NOW`].
-pub fn report_of(inputs: &Inputs, name: Option<&str>, absent: &[model::Absent]) -> StatusReport {
+pub(super) fn report_of(
+    inputs: &Inputs,
+    name: Option<&str>,
+    absent: &[model::Absent],
+) -> StatusReport {
     let followed = model::Followed {
         sets: Default::default(),
         absent: absent.to_vec(),
@@ -188,6 +192,6 @@ pub fn report_of(inputs: &Inputs, name: Option<&str>, absent: &[model::Absent]) 
     report
 }
 
-pub fn report(objects: &[Value]) -> StatusReport {
+pub(super) fn report(objects: &[Value]) -> StatusReport {
     report_of(&inputs(objects), None, &[])
 }

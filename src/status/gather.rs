@@ -29,7 +29,7 @@ const PAGE_SIZE: u32 = 500;
 
 /// The kinds read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Sets,
     Claims,
     Pods,
@@ -39,7 +39,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub(crate) const ALL: [Kind; 6] = [
         Kind::Sets,
         Kind::Claims,
         Kind::Pods,
@@ -49,11 +49,11 @@ impl Kind {
     ];
 
     /// Whether the report cannot be made without it.
-    pub fn required(self) -> bool {
+    pub(crate) fn required(self) -> bool {
         matches!(self, Kind::Sets | Kind::Claims)
     }
 
-    pub fn resource(self) -> &'static str {
+    pub(crate) fn resource(self) -> &'static str {
         match self {
             Kind::Sets => "statefulsets",
             Kind::Claims => "persistentvolumeclaims",
@@ -71,7 +71,7 @@ impl Kind {
 
 /// One object of any kind read.
 #[derive(Debug, Clone)]
-pub enum Object {
+pub(crate) enum Object {
     Set(StatefulSet),
     Claim(PersistentVolumeClaim),
     Pod(Pod),
@@ -82,7 +82,7 @@ pub enum Object {
 
 /// What a watch reports.
 #[derive(Debug)]
-pub enum Update {
+pub(crate) enum Update {
     Event(Kind, Box<watcher::Event<Object>>),
     /// The first list failed: the source cannot be read (its watch has ended).
     Failed(Kind, String),
@@ -92,14 +92,14 @@ pub enum Update {
 }
 
 /// Every watch of one run, merged.
-pub struct Feed {
+pub(crate) struct Feed {
     streams: SelectAll<BoxStream<'static, Update>>,
 }
 
 impl Feed {
     /// Starts the watches for `selection`; `retry_first_list`: a transient failure of the
     /// first list of sets or claims is retried rather than the end of the run.
-    pub fn start(client: &Client, selection: &Selection, retry_first_list: bool) -> Self {
+    pub(crate) fn start(client: &Client, selection: &Selection, retry_first_list: bool) -> Self {
         let scoped = |client: &Client| -> (
             Api<StatefulSet>,
             Api<PersistentVolumeClaim>,
@@ -189,7 +189,7 @@ impl Feed {
     }
 
     /// The next update; `None` once every watch has ended (they do not, unless refused).
-    pub async fn next(&mut self) -> Option<Update> {
+    pub(crate) async fn next(&mut self) -> Option<Update> {
         self.streams.next().await
     }
 }
@@ -309,7 +309,7 @@ fn trim_pod(pod: Pod) -> Pod {
 
 /// [`Inputs`] kept current from the feed, and which kinds have been listed.
 #[derive(Debug, Default)]
-pub struct Store {
+pub(crate) struct Store {
     pub inputs: Inputs,
     listed: [bool; 6],
     /// Objects of a relist in progress, by kind (swapped in when it completes).
@@ -320,7 +320,7 @@ pub struct Store {
 
 /// How an update left the store.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Applied {
+pub(crate) enum Applied {
     /// The inputs changed.
     Changed,
     /// Nothing visible changed (a relist in progress, a retry).
@@ -331,16 +331,16 @@ pub enum Applied {
 
 impl Store {
     /// Whether every kind has been listed once (or found unreadable).
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         self.listed.iter().all(|l| *l)
     }
 
     /// Why a first list still retried failed last, if one is.
-    pub fn retrying(&self) -> Option<&str> {
+    pub(crate) fn retrying(&self) -> Option<&str> {
         self.retrying.as_deref()
     }
 
-    pub fn apply(&mut self, update: Update) -> Applied {
+    pub(crate) fn apply(&mut self, update: Update) -> Applied {
         match update {
             Update::Failed(kind, why) => {
                 if kind.required() {

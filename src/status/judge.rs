@@ -28,7 +28,7 @@ use super::model::{
 /// How long a set may be absent, without a journal saying it is being created again, before
 /// it counts as not found: convergence deletes and creates it within seconds, and journals may
 /// not be readable to the user.
-pub const NOT_FOUND_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const NOT_FOUND_GRACE: Duration = Duration::from_secs(30);
 
 /// Claims named in a message at most.
 const CLAIMS_NAMED: usize = 3;
@@ -42,14 +42,14 @@ fn verdict(result: Outcome, reason: &str, message: String) -> Verdict {
 }
 
 /// Judges every set of `report` (`grace`: how long an absent set is waited for).
-pub fn judge_report(report: &mut StatusReport, now: Timestamp, grace: Duration) {
+pub(crate) fn judge_report(report: &mut StatusReport, now: Timestamp, grace: Duration) {
     for set in &mut report.items {
         set.verdict = judge(set, now, grace);
     }
 }
 
 /// The verdict on one set.
-pub fn judge(set: &SetStatus, now: Timestamp, grace: Duration) -> Verdict {
+pub(crate) fn judge(set: &SetStatus, now: Timestamp, grace: Duration) -> Verdict {
     match set.presence {
         Presence::Absent => {
             let since = set
@@ -282,7 +282,7 @@ fn show(q: &Option<String>) -> &str {
 
 /// What `--wait` makes of a report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WaitResult {
+pub(crate) enum WaitResult {
     /// Every set is done, and there is one: one line each.
     Done(Vec<String>),
     /// A set failed (exit 1): one line per failed set.
@@ -293,7 +293,7 @@ pub enum WaitResult {
 }
 
 /// `statefulset NAMESPACE/NAME: MESSAGE`.
-pub fn line(set: &SetStatus) -> String {
+pub(crate) fn line(set: &SetStatus) -> String {
     format!(
         "statefulset {}/{}: {}",
         set.namespace, set.name, set.verdict.message
@@ -303,7 +303,7 @@ pub fn line(set: &SetStatus) -> String {
 /// The outcome of a judged report for `--wait`: failures first, then sets not found, then
 /// done when every set is. Nothing selected is not done: right after `helm upgrade` the set
 /// may be away while it is created again, and a wrong namespace must not pass for done.
-pub fn wait_result(report: &StatusReport) -> WaitResult {
+pub(crate) fn wait_result(report: &StatusReport) -> WaitResult {
     let with = |o: Outcome| -> Vec<String> {
         report
             .items
@@ -333,7 +333,11 @@ pub fn wait_result(report: &StatusReport) -> WaitResult {
 
 /// One line per set not done when `--timeout` ran out, or one saying nothing was found in
 /// `namespace` (`None`: every namespace).
-pub fn timed_out(report: &StatusReport, after: Duration, namespace: Option<&str>) -> Vec<String> {
+pub(crate) fn timed_out(
+    report: &StatusReport,
+    after: Duration,
+    namespace: Option<&str>,
+) -> Vec<String> {
     let after = super::render::duration(after);
     if report.items.is_empty() {
         let place = match namespace {

@@ -8,10 +8,10 @@
 
 #[cfg(test)]
 mod fixtures;
-pub mod gather;
-pub mod judge;
-pub mod model;
-pub mod render;
+pub(crate) mod gather;
+pub(crate) mod judge;
+pub(crate) mod model;
+pub(crate) mod render;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{IsTerminal, Write};

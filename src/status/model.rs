@@ -36,17 +36,17 @@ use crate::names::journal_name;
 use crate::quantity::Quantity;
 
 /// `apiVersion` of the report: a new version is made for any change that is not an added field.
-pub const API_VERSION: &str = "stateful-admission.io/v1alpha1";
-pub const KIND: &str = "StatusReport";
+pub(crate) const API_VERSION: &str = "stateful-admission.io/v1alpha1";
+pub(crate) const KIND: &str = "StatusReport";
 /// Events of ours shown per set (the newest).
-pub const EVENTS_SHOWN: usize = 10;
+pub(crate) const EVENTS_SHOWN: usize = 10;
 
 /// Namespace and name.
-pub type Key = (String, String);
+pub(crate) type Key = (String, String);
 
 /// The objects of one kind, and why they could not be read (then `objects` is empty).
 #[derive(Debug, Clone)]
-pub struct Source<T> {
+pub(crate) struct Source<T> {
     pub objects: BTreeMap<Key, T>,
     pub unreadable: Option<String>,
 }
@@ -68,7 +68,7 @@ impl<T> Source<T> {
 
 /// What the report is made from.
 #[derive(Debug, Clone, Default)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     pub sets: Source<StatefulSet>,
     pub claims: Source<PersistentVolumeClaim>,
     /// Pods of StatefulSets (for claims that follow re-created pods, `updateStrategy: OnDelete`).
@@ -82,7 +82,8 @@ pub struct Inputs {
 
 impl Inputs {
     /// From objects as JSON (`apiVersion` and `kind` say where each goes): fixtures, tests.
-    pub fn from_json(objects: &[Value]) -> Result<Self, String> {
+    #[cfg(test)]
+    pub(crate) fn from_json(objects: &[Value]) -> Result<Self, String> {
         fn put<T: serde::de::DeserializeOwned + kube::Resource>(
             source: &mut Source<T>,
             object: &Value,
@@ -118,7 +119,7 @@ impl Inputs {
 
 /// Which sets the report is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selection {
+pub(crate) struct Selection {
     /// `None`: every namespace.
     pub namespace: Option<String>,
     /// One set; then it is reported whatever it carries.
@@ -139,7 +140,7 @@ impl Selection {
 
 /// What a run that follows sets over time knows beyond the objects.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Followed {
+pub(crate) struct Followed {
     /// Sets reported before: reported again even with nothing of ours left on them (a set
     /// re-created by its convergence carries no recorded change).
     pub sets: BTreeSet<Key>,
@@ -149,7 +150,7 @@ pub struct Followed {
 
 /// A set that was there (or was asked for by name) and is not now, and since when.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Absent {
+pub(crate) struct Absent {
     pub namespace: String,
     pub name: String,
     pub since: Timestamp,
@@ -158,7 +159,7 @@ pub struct Absent {
 /// The report: `-o json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StatusReport {
+pub(crate) struct StatusReport {
     pub api_version: String,
     pub kind: String,
     /// When it was made (RFC 3339).
@@ -170,7 +171,7 @@ pub struct StatusReport {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Unreadable {
+pub(crate) struct Unreadable {
     /// `configmaps` (journals), `events`, `storageclasses` or `pods`.
     pub resource: String,
     pub reason: String,
@@ -178,7 +179,7 @@ pub struct Unreadable {
 
 /// Whether the set exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Presence {
+pub(crate) enum Presence {
     Present,
     /// Absent while its convergence journal says it is being created again.
     Recreating,
@@ -188,7 +189,7 @@ pub enum Presence {
 
 /// The outcome of judging one set ([`judge`](super::judge)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     pub result: Outcome,
     /// CamelCase, e.g. `RolloutComplete`, `UpdatingClaims`, `ClaimResizeFailed`.
     pub reason: String,
@@ -206,7 +207,7 @@ impl Default for Verdict {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Done,
     Progressing,
     Failed,
@@ -216,7 +217,7 @@ pub enum Outcome {
 /// One StatefulSet.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SetStatus {
+pub(crate) struct SetStatus {
     pub namespace: String,
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -268,7 +269,7 @@ pub struct SetStatus {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TemplateChange {
+pub(crate) struct TemplateChange {
     pub template: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub storage: Option<FromTo>,
@@ -279,7 +280,7 @@ pub struct TemplateChange {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FromTo {
+pub(crate) struct FromTo {
     pub from: Option<String>,
     pub to: Option<String>,
 }
@@ -287,7 +288,7 @@ pub struct FromTo {
 /// Claims of replicas below `replicas` that exist, by state (`total` = all of them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClaimCounts {
+pub(crate) struct ClaimCounts {
     pub total: u32,
     pub compatible: u32,
     pub updating: u32,
@@ -306,7 +307,7 @@ pub struct ClaimCounts {
 /// Where the convergence of the live object stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Convergence {
+pub(crate) struct Convergence {
     pub phase: ConvergencePhase,
     /// `namespace/name` of the journal ConfigMap, where one is open.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -320,7 +321,7 @@ pub struct Convergence {
 
 /// The next convergence step, as the controller's state machine decides it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum ConvergencePhase {
+pub(crate) enum ConvergencePhase {
     /// Nothing recorded: the live object carries its templates.
     None,
     /// Recorded; the journal is not written yet (or journals cannot be read).
@@ -345,7 +346,7 @@ pub enum ConvergencePhase {
 }
 
 impl ConvergencePhase {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::None => "done",
             Self::Pending => "pending",
@@ -364,7 +365,7 @@ impl ConvergencePhase {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MaxUnavailable {
+pub(crate) struct MaxUnavailable {
     /// As written: an integer or a percentage.
     pub value: String,
     /// `native` (`spec.updateStrategy.rollingUpdate.maxUnavailable`) or `annotation`.
@@ -389,7 +390,7 @@ pub struct MaxUnavailable {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Condition {
+pub(crate) struct Condition {
     #[serde(rename = "type")]
     pub type_: String,
     pub status: String,
@@ -400,7 +401,7 @@ pub struct Condition {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum ClaimState {
+pub(crate) enum ClaimState {
     /// Compatible with its template (KEP-4650), larger ones included.
     Compatible,
     /// Patched; the volume has not caught up yet (expansion or modification in progress).
@@ -425,7 +426,7 @@ pub enum ClaimState {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClaimStatus {
+pub(crate) struct ClaimStatus {
     pub name: String,
     pub template: String,
     pub ordinal: u32,
@@ -466,7 +467,7 @@ pub struct ClaimStatus {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClaimCondition {
+pub(crate) struct ClaimCondition {
     #[serde(rename = "type")]
     pub type_: String,
     pub status: String,
@@ -478,7 +479,7 @@ pub struct ClaimCondition {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct EventSummary {
+pub(crate) struct EventSummary {
     /// Last seen (RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
@@ -517,7 +518,7 @@ const REFUSALS: [&str; 3] = [
 ];
 
 /// Builds the report for `selection` at `now`, with what a run following the sets knows.
-pub fn build(
+pub(crate) fn build(
     inputs: &Inputs,
     selection: &Selection,
     followed: &Followed,
@@ -1221,7 +1222,7 @@ fn change_recorded_at(set: &StatefulSet, recorded: bool) -> Option<Timestamp> {
 
 /// The managedFields `change_recorded_at` reads, and no more: each entry's manager,
 /// operation, subresource and time, and of its fields only the two it looks for.
-pub fn trim_managed_fields(
+pub(crate) fn trim_managed_fields(
     entries: Option<Vec<ManagedFieldsEntry>>,
 ) -> Option<Vec<ManagedFieldsEntry>> {
     entries.map(|entries| {

@@ -13,7 +13,7 @@ use super::model::{
 
 /// How the table is drawn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TableOptions {
+pub(crate) struct TableOptions {
     /// `-o wide`: more columns.
     pub wide: bool,
     /// `-A`: a NAMESPACE column first.
@@ -24,13 +24,13 @@ pub struct TableOptions {
 
 /// Cells of a table, by row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Table {
+pub(crate) struct Table {
     pub header: Vec<String>,
     pub rows: Vec<Row>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     pub key: Key,
     pub cells: Vec<String>,
 }
@@ -40,7 +40,7 @@ const GAP: usize = 3;
 
 impl Table {
     /// Column widths: the widest cell of each column, header included.
-    pub fn widths(&self) -> Vec<usize> {
+    pub(crate) fn widths(&self) -> Vec<usize> {
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
             for (w, cell) in widths.iter_mut().zip(&row.cells) {
@@ -51,7 +51,7 @@ impl Table {
     }
 
     /// One line of `cells` laid out in `widths` (a wider cell pushes the rest right).
-    pub fn line(cells: &[String], widths: &[usize]) -> String {
+    pub(crate) fn line(cells: &[String], widths: &[usize]) -> String {
         let mut out = String::new();
         let last = cells.len().saturating_sub(1);
         for (i, cell) in cells.iter().enumerate() {
@@ -66,7 +66,7 @@ impl Table {
     }
 
     /// The header and every row.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let widths = self.widths();
         let mut out = Self::line(&self.header, &widths);
         out.push('\n');
@@ -79,7 +79,7 @@ impl Table {
 }
 
 /// The table of `report`.
-pub fn table(report: &StatusReport, options: TableOptions, now: Timestamp) -> Table {
+pub(crate) fn table(report: &StatusReport, options: TableOptions, now: Timestamp) -> Table {
     let mut header: Vec<&str> = Vec::new();
     if options.all_namespaces {
         header.push("NAMESPACE");
@@ -191,7 +191,7 @@ fn budget_text(m: &MaxUnavailable) -> String {
     text
 }
 
-pub fn outcome(o: Outcome) -> &'static str {
+pub(crate) fn outcome(o: Outcome) -> &'static str {
     match o {
         Outcome::Done => "Done",
         Outcome::Progressing => "Progressing",
@@ -215,7 +215,7 @@ fn condition_cell(conditions: &[Condition], type_: &str) -> String {
 }
 
 /// `data: 1Gi -> 2Gi, class fast -> faster; logs: labels`.
-pub fn change_text(changes: &[TemplateChange]) -> String {
+pub(crate) fn change_text(changes: &[TemplateChange]) -> String {
     let value = |v: &Option<String>| v.clone().unwrap_or_else(|| "unset".to_owned());
     changes
         .iter()
@@ -243,7 +243,7 @@ pub fn change_text(changes: &[TemplateChange]) -> String {
 /// was re-created with it): the template's size and class (as the live templates carry them)
 /// against the claims' sizes and classes, those of every claim the controller is patching or
 /// will patch. Claims held back, incompatible or still provisioning are not moving.
-pub fn following(set: &SetStatus) -> Vec<TemplateChange> {
+pub(crate) fn following(set: &SetStatus) -> Vec<TemplateChange> {
     use crate::quantity::Quantity;
     let smaller = |have: &str, want: &str| match (Quantity::parse(have), Quantity::parse(want)) {
         (Ok(have), Ok(want)) => have < want,
@@ -306,7 +306,7 @@ pub fn following(set: &SetStatus) -> Vec<TemplateChange> {
 }
 
 /// `2/3 (1 updating, 1 over-sized)`: compatible of existing claims, then what else there is.
-pub fn claims_text(c: &ClaimCounts) -> String {
+pub(crate) fn claims_text(c: &ClaimCounts) -> String {
     if c.total == 0 && c.missing == 0 {
         return "-".to_owned();
     }
@@ -334,7 +334,7 @@ pub fn claims_text(c: &ClaimCounts) -> String {
 }
 
 /// `[#########...........] 3/7`.
-pub fn progress_bar(done: u32, total: u32, width: usize) -> String {
+pub(crate) fn progress_bar(done: u32, total: u32, width: usize) -> String {
     let filled = if total == 0 {
         0
     } else {
@@ -349,7 +349,7 @@ pub fn progress_bar(done: u32, total: u32, width: usize) -> String {
 }
 
 /// kubectl's age: apimachinery `duration.HumanDuration` of `now - t`.
-pub fn age(t: Timestamp, now: Timestamp) -> String {
+pub(crate) fn age(t: Timestamp, now: Timestamp) -> String {
     let seconds = now.duration_since(t).as_secs();
     if seconds < -1 {
         return "<invalid>".to_owned();
@@ -358,7 +358,7 @@ pub fn age(t: Timestamp, now: Timestamp) -> String {
 }
 
 /// A `Duration` as kubectl prints one (`10m`, `1h30m`).
-pub fn duration(d: Duration) -> String {
+pub(crate) fn duration(d: Duration) -> String {
     human(i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
@@ -413,7 +413,7 @@ fn human(seconds: i64) -> String {
 }
 
 /// The detail view of one set, as `kubectl describe` lays one out.
-pub fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
+pub(crate) fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String {
     let mut out = String::new();
     field(
         &mut out,
@@ -627,7 +627,7 @@ fn opt(s: &Option<String>) -> String {
     s.clone().unwrap_or_else(|| "-".to_owned())
 }
 
-pub fn claim_state(s: ClaimState) -> &'static str {
+pub(crate) fn claim_state(s: ClaimState) -> &'static str {
     match s {
         ClaimState::Compatible => "Compatible",
         ClaimState::Updating => "Updating",
@@ -702,17 +702,17 @@ fn claim_detail(c: &ClaimStatus) -> String {
 }
 
 /// `-o json`: the report, indented.
-pub fn json(report: &StatusReport) -> String {
+pub(crate) fn json(report: &StatusReport) -> String {
     serde_json::to_string_pretty(report).unwrap_or_else(|_| "{}".to_owned()) + "\n"
 }
 
 /// `-o json` with `--watch`: one report per line.
-pub fn json_line(report: &StatusReport) -> String {
+pub(crate) fn json_line(report: &StatusReport) -> String {
     serde_json::to_string(report).unwrap_or_else(|_| "{}".to_owned()) + "\n"
 }
 
 /// What is printed when nothing matched, as kubectl says it.
-pub fn nothing_found(namespace: Option<&str>) -> String {
+pub(crate) fn nothing_found(namespace: Option<&str>) -> String {
     match namespace {
         Some(ns) => format!("No StatefulSets with a storage rollout found in {ns} namespace.\n"),
         None => "No StatefulSets with a storage rollout found.\n".to_owned(),

@@ -12,8 +12,8 @@
 
 pub mod default_class;
 pub mod expansion;
-pub mod quantities;
-pub mod set_template;
+pub(crate) mod quantities;
+pub(crate) mod set_template;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, RemoveOperation};

@@ -10,7 +10,7 @@ use crate::quantity::Quantity;
 
 /// A quantity read from a request: its value and the text the user wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Read {
+pub(crate) struct Read {
     pub value: Quantity,
     pub raw: String,
 }
@@ -18,7 +18,7 @@ pub struct Read {
 /// Reads the quantity at JSON `pointer` of `object`; `field` is the path named in an error.
 /// Absent (or `null`) is `Ok(None)`. A JSON number is read by its text, as upstream's
 /// `Quantity.UnmarshalJSON` does.
-pub fn read(object: &Value, pointer: &str, field: &str) -> Result<Option<Read>, FieldError> {
+pub(crate) fn read(object: &Value, pointer: &str, field: &str) -> Result<Option<Read>, FieldError> {
     match at(object, pointer) {
         None => Ok(None),
         Some(v) => parse_value(v, field).map(Some),
@@ -26,7 +26,7 @@ pub fn read(object: &Value, pointer: &str, field: &str) -> Result<Option<Read>, 
 }
 
 /// Parses one JSON value as a quantity.
-pub fn parse_value(value: &Value, field: &str) -> Result<Read, FieldError> {
+pub(crate) fn parse_value(value: &Value, field: &str) -> Result<Read, FieldError> {
     let raw = match value {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
@@ -49,13 +49,13 @@ pub fn parse_value(value: &Value, field: &str) -> Result<Read, FieldError> {
 /// Field errors for every malformed quantity of a claim's spec (`spec.resources.requests` and
 /// `.limits`) and, with `with_status`, its status (`capacity`, `allocatedResources`).
 /// `prefix` is put before each path (`"oldObject."` for the old object).
-pub fn check_claim(data: &Value, prefix: &str) -> Vec<FieldError> {
+pub(crate) fn check_claim(data: &Value, prefix: &str) -> Vec<FieldError> {
     check(data, prefix, false)
 }
 
 /// [`check_claim`] including the status maps (for the old object of an UPDATE, whose status
 /// is the one the rules read).
-pub fn check_claim_with_status(data: &Value, prefix: &str) -> Vec<FieldError> {
+pub(crate) fn check_claim_with_status(data: &Value, prefix: &str) -> Vec<FieldError> {
     check(data, prefix, true)
 }
 

@@ -25,7 +25,7 @@ use crate::names;
 use crate::quantity::Quantity;
 
 /// The claim being created, as the rule needs it.
-pub struct NewClaim<'a> {
+pub(crate) struct NewClaim<'a> {
     pub object: &'a DynamicObject,
     pub namespace: &'a str,
     pub name: &'a str,
@@ -36,7 +36,7 @@ pub struct NewClaim<'a> {
 /// The mutation of a claim CREATE named `<template>-<set>-<ordinal>` of a set in the view:
 /// the stored template's values where the StatefulSet controller creates the claim, a warning
 /// (and no change) where anyone else does.
-pub fn apply(claim: &NewClaim<'_>, ctx: &Context<'_>) -> Verdict {
+pub(crate) fn apply(claim: &NewClaim<'_>, ctx: &Context<'_>) -> Verdict {
     let (namespace, name) = (claim.namespace, claim.name);
     let Some(hit) = set_claims::resolve(ctx.view, namespace, name) else {
         return Verdict::allow();
@@ -141,7 +141,7 @@ fn foreign_claim_warning(
 
 /// A value of the claim that the stored template would change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Difference {
+pub(crate) enum Difference {
     /// `spec.resources.requests.storage`, as written (`unset` when absent).
     Storage { from: String, to: String },
     /// `spec.volumeAttributesClassName`.
@@ -157,7 +157,7 @@ pub enum Difference {
 }
 
 /// A template applied to a claim: the verdict (ops, warnings) and what the ops change.
-pub struct Applied {
+pub(crate) struct Applied {
     pub verdict: Verdict,
     pub differences: Vec<Difference>,
 }
@@ -165,7 +165,7 @@ pub struct Applied {
 /// The ops that make `object` carry `template`'s values; none when it already does.
 /// Template values win over the claim's on conflicts: the claim's came from the set's old
 /// template, which the stored one replaces. Keys only the claim has are kept.
-pub fn apply_template(
+pub(crate) fn apply_template(
     object: &DynamicObject,
     template: &PersistentVolumeClaim,
     hit: &SetClaim,

@@ -11,14 +11,15 @@ use crate::admission::warning::{self, Warning};
 use crate::admission::{BadValue, FieldError};
 use crate::names;
 
-pub const ROLLING_UPDATE_PATH: &str = "spec.updateStrategy.rollingUpdate";
-pub const PARTITION_PATH: &str = "spec.updateStrategy.rollingUpdate.partition";
-pub const MAX_UNAVAILABLE_PATH: &str = "spec.updateStrategy.rollingUpdate.maxUnavailable";
+pub(crate) const ROLLING_UPDATE_PATH: &str = "spec.updateStrategy.rollingUpdate";
+pub(crate) const PARTITION_PATH: &str = "spec.updateStrategy.rollingUpdate.partition";
+pub(crate) const MAX_UNAVAILABLE_PATH: &str = "spec.updateStrategy.rollingUpdate.maxUnavailable";
 /// Field path of the fallback annotation, as apimachinery names a map key.
-pub const ANNOTATION_PATH: &str = "metadata.annotations[stateful-admission.io/max-unavailable]";
+pub(crate) const ANNOTATION_PATH: &str =
+    "metadata.annotations[stateful-admission.io/max-unavailable]";
 /// Longest fallback annotation value accepted; `100%` and any int32 fit with room to spare,
 /// and it keeps a hostile value out of our messages.
-pub const MAX_ANNOTATION_BYTES: usize = 64;
+pub(crate) const MAX_ANNOTATION_BYTES: usize = 64;
 
 // apimachinery validation.IsValidPercent: RegexError(percentErrMsg, percentFmt, "1%", "93%").
 const PERCENT_MSG: &str = "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%' or '93%', regex used for validation is '[0-9]+%')";
@@ -30,18 +31,18 @@ const WRONG_TYPE_MSG: &str = "must be an integer or percentage (e.g '5%%')";
 
 /// An `intstr.IntOrString` as the user wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IntOrPercent {
+pub(crate) enum IntOrPercent {
     Int(i64),
     Str(String),
 }
 
 /// A value that is neither an integer nor a string (or an integer outside int32).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WrongType(pub String);
+pub(crate) struct WrongType(pub String);
 
 impl IntOrPercent {
     /// Reads the JSON field; `Ok(None)` when absent or null.
-    pub fn from_json(value: Option<&Value>) -> Result<Option<Self>, WrongType> {
+    pub(crate) fn from_json(value: Option<&Value>) -> Result<Option<Self>, WrongType> {
         match value {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(Self::Str(s.clone()))),
@@ -55,7 +56,7 @@ impl IntOrPercent {
     }
 
     /// Reads the fallback annotation: a decimal integer is an int, anything else a string.
-    pub fn from_annotation(s: &str) -> Self {
+    pub(crate) fn from_annotation(s: &str) -> Self {
         let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
         if !digits.is_empty()
             && digits.len() <= 10
@@ -68,7 +69,7 @@ impl IntOrPercent {
     }
 
     /// `IntOrString.String()`: what Go prints, and what the annotation stores.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         match self {
             Self::Int(i) => i.to_string(),
             Self::Str(s) => s.clone(),
@@ -137,7 +138,7 @@ fn short_json(v: &Value) -> String {
 
 /// apps/validation `validateRollingUpdateStatefulSet`, the maxUnavailable part:
 /// `ValidatePositiveIntOrPercent`, "cannot be 0", `IsNotMoreThan100Percent`, in that order.
-pub fn validate_int_or_percent(value: &IntOrPercent, path: &str) -> Vec<FieldError> {
+pub(crate) fn validate_int_or_percent(value: &IntOrPercent, path: &str) -> Vec<FieldError> {
     let mut errors = Vec::new();
     match value {
         IntOrPercent::Str(s) => {
@@ -166,7 +167,7 @@ pub fn validate_int_or_percent(value: &IntOrPercent, path: &str) -> Vec<FieldErr
 
 /// The update strategy as the rules see it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Strategy {
+pub(crate) struct Strategy {
     /// `RollingUpdate` (also when the type is absent, as the apiserver defaults it).
     pub rolling: bool,
     pub partition: i64,
@@ -177,7 +178,7 @@ pub struct Strategy {
 /// `validateRollingUpdateStatefulSet`: partition non-negative, maxUnavailable a positive int
 /// or a percent of at most 100, no `rollingUpdate` block with `OnDelete`. Returns the errors
 /// and the strategy read from the spec.
-pub fn validate_update_strategy(spec: &Value) -> (Vec<FieldError>, Strategy) {
+pub(crate) fn validate_update_strategy(spec: &Value) -> (Vec<FieldError>, Strategy) {
     let mut errors = Vec::new();
     let mut strategy = Strategy {
         rolling: true,
@@ -252,7 +253,7 @@ fn go_struct(ru: &Value) -> String {
 
 /// What the StatefulSet controller makes of maxUnavailable (`getStatefulSetMaxUnavailable`):
 /// `intstr.GetScaledValueFromIntOrPercent(v, replicas, roundUp=false)`, then at least 1.
-pub fn effective(value: &IntOrPercent, replicas: i64) -> i64 {
+pub(crate) fn effective(value: &IntOrPercent, replicas: i64) -> i64 {
     let n = match value.percent() {
         Some(p) => p.saturating_mul(replicas) / 100,
         None => value.int_or_percent_value(),
@@ -262,7 +263,7 @@ pub fn effective(value: &IntOrPercent, replicas: i64) -> i64 {
 
 /// The KEP's limits: maxUnavailable above replicas, or above the replicas staged by the
 /// partition. A warning by default, a field error when `strict`.
-pub fn check_against_replicas(
+pub(crate) fn check_against_replicas(
     value: &IntOrPercent,
     spec: &Value,
     partition: i64,
@@ -322,7 +323,7 @@ pub fn check_against_replicas(
 /// ordinal down to 0, and with the `MaxUnavailableStatefulSet` gate on both resolve to a
 /// maxUnavailable of 1 (defaulting, re-run after a webhook's patch, fills 1 into the block;
 /// `updateStatefulSetAfterInvariantEstablished` takes 1 when the block is nil).
-pub fn needs_rolling_update_block(
+pub(crate) fn needs_rolling_update_block(
     spec: &Value,
     annotations: Option<&std::collections::BTreeMap<String, String>>,
 ) -> bool {
@@ -335,7 +336,7 @@ pub fn needs_rolling_update_block(
 }
 
 /// Reads and validates the fallback annotation (`stateful-admission.io/max-unavailable`).
-pub fn annotation_value(raw: &str) -> Result<IntOrPercent, Vec<FieldError>> {
+pub(crate) fn annotation_value(raw: &str) -> Result<IntOrPercent, Vec<FieldError>> {
     if raw.len() > MAX_ANNOTATION_BYTES {
         return Err(vec![FieldError::too_long(
             ANNOTATION_PATH,
@@ -350,9 +351,6 @@ pub fn annotation_value(raw: &str) -> Result<IntOrPercent, Vec<FieldError>> {
         Err(errors)
     }
 }
-
-/// The annotation key, re-exported for the wiring.
-pub const ANNOTATION: &str = names::MAX_UNAVAILABLE;
 
 #[cfg(test)]
 mod tests {

@@ -6,8 +6,8 @@
 //! and the old templates are put back. maxUnavailable is checked in both phases, because an
 //! apiserver with the `MaxUnavailableStatefulSet` gate off drops the field between them.
 
-pub mod max_unavailable;
-pub mod recreate;
+pub(crate) mod max_unavailable;
+pub(crate) mod recreate;
 pub mod templates;
 
 use std::collections::BTreeMap;

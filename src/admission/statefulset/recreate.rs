@@ -13,7 +13,7 @@ use crate::cluster::ClusterView;
 
 /// Warnings beyond this many are summed up in one line; a set of 500 replicas must not
 /// produce 500 warnings.
-pub const MAX_CLAIM_WARNINGS: usize = 5;
+pub(crate) const MAX_CLAIM_WARNINGS: usize = 5;
 
 /// Legacy class annotation, still honoured by the volume controller.
 const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
@@ -22,7 +22,7 @@ const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
 /// template. Every ordinal is considered (claims beyond `replicas` are adopted on scale-up,
 /// and `spec.ordinals.start` may shift them), by scanning the namespace's claims for the
 /// exact names the controller would use.
-pub fn existing_claim_warnings(
+pub(crate) fn existing_claim_warnings(
     view: &ClusterView,
     namespace: &str,
     set: &str,

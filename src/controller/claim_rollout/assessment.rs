@@ -5,7 +5,7 @@ use serde_json::Value;
 
 /// What one claim needs.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Assessment {
+pub(crate) enum Assessment {
     /// Compatible with the template as the KEP defines it.
     Compatible,
     /// Patched already; the volume has not caught up (expansion or modification).
@@ -20,7 +20,7 @@ pub enum Assessment {
 
 /// A JSON merge patch for one claim, and what it changes.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ClaimPatch {
+pub(crate) struct ClaimPatch {
     /// Merge patch with the claim's resourceVersion as a precondition.
     pub body: Value,
     /// Human-readable changes, e.g. `storage 1Gi -> 2Gi`.

@@ -15,9 +15,9 @@
 //! - Sets that never used the feature (no desired annotation, policy `OnDelete`, no status
 //!   annotation yet) get no status annotation: nothing is written to them.
 
-pub mod assessment;
-pub mod plan;
-pub mod status;
+pub(crate) mod assessment;
+pub(crate) mod plan;
+pub(crate) mod status;
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -43,14 +43,14 @@ use plan::{PodFacts, Replica, Rollout, Slot};
 use serde_json::json;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SetLabels {
+pub(crate) struct SetLabels {
     pub namespace: String,
     pub statefulset: String,
 }
 
 /// The feature: its metrics, and the sets whose rollout is in progress (for the gauge).
 #[derive(Debug, Default)]
-pub struct ClaimRollout {
+pub(crate) struct ClaimRollout {
     patched: Counter,
     patch_errors: Counter,
     incompatible: Family<SetLabels, Gauge>,
@@ -59,7 +59,7 @@ pub struct ClaimRollout {
 }
 
 impl ClaimRollout {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
             "claims_patched",
@@ -97,7 +97,7 @@ impl ClaimRollout {
     }
 
     /// One reconcile step of `snapshot`'s claims.
-    pub async fn sync(&self, snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
+    pub(crate) async fn sync(&self, snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
         rollout(self, snapshot, ctx).await
     }
 }
@@ -107,7 +107,7 @@ fn annotations(set: &StatefulSet) -> Option<&std::collections::BTreeMap<String, 
 }
 
 /// The templates claims should follow: the recorded desired ones (by name), else the live.
-pub fn desired_templates(set: &StatefulSet) -> Result<Vec<PersistentVolumeClaim>, String> {
+pub(crate) fn desired_templates(set: &StatefulSet) -> Result<Vec<PersistentVolumeClaim>, String> {
     let live = set.spec.volume_claim_templates.clone().unwrap_or_default();
     match set_claims::desired_templates(annotations(set)) {
         None => Ok(live),
@@ -130,7 +130,7 @@ pub fn desired_templates(set: &StatefulSet) -> Result<Vec<PersistentVolumeClaim>
 
 /// The set-wide inputs of its claim rollout for `replicas` replicas, and why the policy
 /// annotation was ignored (then the policy is `OnDelete`).
-pub fn rollout_settings(set: &StatefulSet, replicas: usize) -> (Rollout, Option<String>) {
+pub(crate) fn rollout_settings(set: &StatefulSet, replicas: usize) -> (Rollout, Option<String>) {
     let spec = serde_json::to_value(&set.spec).unwrap_or(Value::Null);
     let annotations = annotations(set);
     let mut problem = None;
@@ -312,7 +312,7 @@ async fn rollout(metrics: &ClaimRollout, snapshot: &SetSnapshot, ctx: &Ctx) -> R
 /// What a rollout plan does: a patch per planned step (each with its Events), a report of
 /// each claim that cannot follow its template, and the `volume-claim-status` annotation
 /// where it changes (`write_status`: the set uses the feature and no journal is open).
-pub fn rollout_actions(
+pub(crate) fn rollout_actions(
     snapshot: &SetSnapshot,
     plan: &plan::Plan,
     write_status: bool,

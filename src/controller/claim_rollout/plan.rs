@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde_json::{Map, Value, json};
 
-pub use super::assessment::{Assessment, ClaimPatch};
+pub(crate) use super::assessment::{Assessment, ClaimPatch};
 use super::status::{self, TemplateStatus};
 use crate::admission::statefulset::ClaimUpdatePolicy;
 use crate::admission::statefulset::recreate::immutable_differences;
@@ -32,7 +32,7 @@ use crate::quantity::Quantity;
 
 /// The set-wide inputs of a rollout.
 #[derive(Debug, Clone)]
-pub struct Rollout {
+pub(crate) struct Rollout {
     pub policy: ClaimUpdatePolicy,
     /// `RollingUpdate` (true) or `OnDelete`.
     pub rolling: bool,
@@ -49,7 +49,7 @@ pub struct Rollout {
 
 /// A pod as the planner needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodFacts {
+pub(crate) struct PodFacts {
     pub revision: Option<String>,
     pub created: Option<jiff::Timestamp>,
     pub terminating: bool,
@@ -57,7 +57,7 @@ pub struct PodFacts {
 
 /// One claim slot: a desired template and the claim of one replica, if it exists.
 #[derive(Debug, Clone)]
-pub struct Slot<'a> {
+pub(crate) struct Slot<'a> {
     pub template: &'a PersistentVolumeClaim,
     pub claim: Option<&'a PersistentVolumeClaim>,
     /// Whether the claim's StorageClass exists and allows expansion.
@@ -67,7 +67,7 @@ pub struct Slot<'a> {
 /// One replica: its index (position among the set's ordinals), ordinal, pod and claims (one
 /// per template, in the set's order).
 #[derive(Debug, Clone)]
-pub struct Replica<'a> {
+pub(crate) struct Replica<'a> {
     pub index: usize,
     pub ordinal: u32,
     pub pod: Option<PodFacts>,
@@ -76,7 +76,7 @@ pub struct Replica<'a> {
 
 /// A claim to report as incompatible.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Incompatible {
+pub(crate) struct Incompatible {
     pub template: String,
     pub ordinal: u32,
     pub claim: String,
@@ -85,7 +85,7 @@ pub struct Incompatible {
 
 /// A claim to patch now.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Step {
+pub(crate) struct Step {
     pub template: String,
     pub ordinal: u32,
     pub claim: String,
@@ -94,7 +94,7 @@ pub struct Step {
 
 /// The outcome of planning.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub steps: Vec<Step>,
     pub incompatible: Vec<Incompatible>,
     /// Per template, in the set's order.
@@ -154,7 +154,7 @@ fn missing_entries(
 }
 
 /// Judges one existing claim against its desired template.
-pub fn assess(
+pub(crate) fn assess(
     template: &PersistentVolumeClaim,
     claim: &PersistentVolumeClaim,
     expandable: bool,
@@ -288,7 +288,7 @@ fn keys(map: &Map<String, Value>) -> String {
 }
 
 /// Whether a replica's claims may be patched now under the update strategy.
-pub fn eligible(rollout: &Rollout, replica: &Replica<'_>) -> bool {
+pub(crate) fn eligible(rollout: &Rollout, replica: &Replica<'_>) -> bool {
     if rollout.rolling {
         return replica.index >= rollout.partition;
     }
@@ -304,7 +304,7 @@ pub fn eligible(rollout: &Rollout, replica: &Replica<'_>) -> bool {
 }
 
 /// Plans the rollout of `replicas` (any order; ordinals beyond `replicas` must not be given).
-pub fn plan(
+pub(crate) fn plan(
     rollout: &Rollout,
     replicas: &[Replica<'_>],
     claim_name: impl Fn(&str, u32) -> String,

@@ -14,7 +14,7 @@ use crate::quantity::Quantity;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TemplateStatus {
+pub(crate) struct TemplateStatus {
     pub name: String,
     /// Claims compatible with the template (KEP "What PVC is compatible").
     pub compatible: u32,
@@ -33,7 +33,7 @@ fn quantity(
 }
 
 /// The status of one template from its claims and their assessments.
-pub fn summarize(
+pub(crate) fn summarize(
     template: &PersistentVolumeClaim,
     claims: &[(&PersistentVolumeClaim, &Assessment)],
 ) -> TemplateStatus {
@@ -88,13 +88,13 @@ pub fn summarize(
 }
 
 /// The annotation value for `statuses`.
-pub fn render(statuses: &[TemplateStatus]) -> String {
+pub(crate) fn render(statuses: &[TemplateStatus]) -> String {
     serde_json::to_string(statuses).unwrap_or_else(|_| "[]".to_owned())
 }
 
 /// Whether the stored annotation already says `statuses` (a value that does not parse is
 /// rewritten).
-pub fn unchanged(stored: Option<&str>, statuses: &[TemplateStatus]) -> bool {
+pub(crate) fn unchanged(stored: Option<&str>, statuses: &[TemplateStatus]) -> bool {
     stored
         .and_then(|s| serde_json::from_str::<Vec<TemplateStatus>>(s).ok())
         .is_some_and(|s| s == statuses)

@@ -8,7 +8,7 @@
 //! equal writes nothing. The progress record goes to an annotation, which status writes do
 //! not touch.
 
-pub mod plan;
+pub(crate) mod plan;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -29,12 +29,12 @@ use super::executor::{self, Mode, Ran};
 use super::snapshot::SetSnapshot;
 use crate::cluster::ClusterView;
 use crate::names;
-pub use plan::{Decision, Phase, Remembered};
+pub(crate) use plan::{Decision, Phase, Remembered};
 
 /// The feature: its metrics, the sets past their deadline now, and what it remembers of sets
 /// without a progress record.
 #[derive(Debug, Default)]
-pub struct Conditions {
+pub(crate) struct Conditions {
     condition_writes: Counter,
     progress_writes: Counter,
     deadlines_exceeded: Counter,
@@ -49,7 +49,7 @@ pub struct Conditions {
 /// and is forgotten (one re-created under the same name is reconciled, and so noted afresh).
 /// Only stalled sets are kept.
 #[derive(Default)]
-pub struct PastDeadline(Mutex<Stalled>);
+pub(crate) struct PastDeadline(Mutex<Stalled>);
 
 #[derive(Default)]
 struct Stalled {
@@ -77,7 +77,7 @@ impl PastDeadline {
     }
 
     /// Records whether set `namespace/name` is past its deadline.
-    pub fn note(&self, view: &ClusterView, namespace: &str, name: &str, past: bool) {
+    pub(crate) fn note(&self, view: &ClusterView, namespace: &str, name: &str, past: bool) {
         let mut state = self.state();
         let key = (namespace.to_owned(), name.to_owned());
         if !past {
@@ -95,12 +95,12 @@ impl PastDeadline {
     }
 
     /// Forgets every set (leadership lost: another replica reports them now).
-    pub fn forget_all(&self) {
+    pub(crate) fn forget_all(&self) {
         self.state().sets.clear();
     }
 
     /// Stalled sets that still exist.
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         let mut state = self.state();
         state.prune();
         state.sets.len()
@@ -128,7 +128,7 @@ impl Collector for PastDeadline {
 /// set's uid, so that a re-created set starts afresh). Bounded by the sets that exist: entries
 /// of sets gone from the view are dropped whenever the map has doubled since the last sweep.
 #[derive(Default)]
-pub struct Memory(Mutex<MemoryState>);
+pub(crate) struct Memory(Mutex<MemoryState>);
 
 #[derive(Default)]
 struct MemoryState {
@@ -142,14 +142,14 @@ impl Memory {
     }
 
     /// What was remembered of this set (this uid).
-    pub fn get(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Remembered> {
+    pub(crate) fn get(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Remembered> {
         let state = self.state();
         let (stored_uid, remembered) = state.sets.get(&(namespace.to_owned(), name.to_owned()))?;
         (stored_uid.as_deref() == uid).then(|| remembered.clone())
     }
 
     /// Remembers this set's transitions; `None` forgets them (the set has a record).
-    pub fn put(
+    pub(crate) fn put(
         &self,
         view: &ClusterView,
         namespace: &str,
@@ -174,20 +174,15 @@ impl Memory {
     }
 
     /// Forgets every set.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         let mut state = self.state();
         state.sets.clear();
         state.sweep_at = 0;
     }
 
     /// How many sets are remembered.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.state().sets.len()
-    }
-
-    /// Whether no set is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -198,7 +193,7 @@ impl std::fmt::Debug for Memory {
 }
 
 impl Conditions {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
             "statefulset_condition_writes",
@@ -221,13 +216,17 @@ impl Conditions {
 
     /// Leadership gained or lost: what only the leader knows starts over (another replica
     /// reports the stalled sets now; transition times are remembered afresh).
-    pub fn new_term(&self) {
+    pub(crate) fn new_term(&self) {
         self.past_deadline.forget_all();
         self.memory.clear();
     }
 
     /// One reconcile step for `snapshot`; returns when to look again.
-    pub async fn sync(&self, snapshot: &SetSnapshot, ctx: &Ctx) -> Result<Option<Duration>, Error> {
+    pub(crate) async fn sync(
+        &self,
+        snapshot: &SetSnapshot,
+        ctx: &Ctx,
+    ) -> Result<Option<Duration>, Error> {
         sync(self, snapshot, ctx).await
     }
 }
@@ -331,7 +330,7 @@ async fn sync(
 
 /// What a decision writes, each with `set`'s resourceVersion as its precondition: the
 /// progress record (or its removal) with the deadline warning, then the conditions.
-pub fn actions(set: &StatefulSet, decision: &Decision) -> Result<Vec<Action>, Error> {
+pub(crate) fn actions(set: &StatefulSet, decision: &Decision) -> Result<Vec<Action>, Error> {
     let mut actions = Vec::with_capacity(2);
     let target = Target::of(Kind::StatefulSet, &set.metadata);
     let resource_version = set.metadata.resource_version.clone();

@@ -27,41 +27,41 @@ use serde_json::Value;
 
 use crate::names;
 
-pub const AVAILABLE: &str = "Available";
-pub const PROGRESSING: &str = "Progressing";
+pub(crate) const AVAILABLE: &str = "Available";
+pub(crate) const PROGRESSING: &str = "Progressing";
 
 /// Condition reasons. Deployment's names (`NewReplicaSetAvailable`, `ReplicaSetUpdated`)
 /// speak of ReplicaSets; these say what a StatefulSet is doing.
-pub mod reason {
+pub(crate) mod reason {
     /// Available=True: `availableReplicas >= replicas`.
-    pub const REPLICAS_AVAILABLE: &str = "ReplicasAvailable";
+    pub(crate) const REPLICAS_AVAILABLE: &str = "ReplicasAvailable";
     /// Available=False.
-    pub const REPLICAS_UNAVAILABLE: &str = "ReplicasUnavailable";
+    pub(crate) const REPLICAS_UNAVAILABLE: &str = "ReplicasUnavailable";
     /// Progressing=True: fewer replicas exist than desired.
-    pub const SCALING_UP: &str = "ScalingUp";
+    pub(crate) const SCALING_UP: &str = "ScalingUp";
     /// Progressing=True: more replicas exist than desired.
-    pub const SCALING_DOWN: &str = "ScalingDown";
+    pub(crate) const SCALING_DOWN: &str = "ScalingDown";
     /// Progressing=True: replicas still to move to the update revision (or the controller
     /// has not yet observed the latest generation).
-    pub const UPDATING_REPLICAS: &str = "UpdatingReplicas";
+    pub(crate) const UPDATING_REPLICAS: &str = "UpdatingReplicas";
     /// Progressing=True: the claim rollout (`volume-claim-status`) still has claims updating.
-    pub const UPDATING_VOLUME_CLAIMS: &str = "UpdatingVolumeClaims";
+    pub(crate) const UPDATING_VOLUME_CLAIMS: &str = "UpdatingVolumeClaims";
     /// Progressing=True: every replica exists and is updated, not all are available yet.
-    pub const WAITING_FOR_AVAILABILITY: &str = "WaitingForAvailability";
+    pub(crate) const WAITING_FOR_AVAILABILITY: &str = "WaitingForAvailability";
     /// Progressing=True: every replica updated and available, claims done (Deployment's
     /// `NewReplicaSetAvailable`). Kept until the next rollout, as Deployment does: later
     /// availability changes show in `Available`.
-    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    pub(crate) const ROLLOUT_COMPLETE: &str = "RolloutComplete";
     /// Progressing=False: no progress for the deadline (Deployment's `TimedOutReason`).
-    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+    pub(crate) const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 }
 
 /// Default of `stateful-admission.io/progress-deadline-seconds` (Deployment's default).
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
 
 /// What the conditions are computed from, read off the set.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub name: String,
     /// Identifies the rollout: the generation and the desired claim templates.
     pub rollout: String,
@@ -85,13 +85,13 @@ pub struct Observed {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClaimCounts {
+pub(crate) struct ClaimCounts {
     pub compatible: i64,
     pub updating: i64,
 }
 
 /// Reads what the plan needs from a set.
-pub fn observe(set: &StatefulSet) -> Observed {
+pub(crate) fn observe(set: &StatefulSet) -> Observed {
     let annotations = set.metadata.annotations.as_ref();
     let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
     let status = set.status.as_ref();
@@ -129,7 +129,7 @@ pub fn observe(set: &StatefulSet) -> Observed {
 
 /// `progress-deadline-seconds`: a positive integer up to Go's int32 maximum (like
 /// `spec.progressDeadlineSeconds`); anything else means the default.
-pub fn deadline(value: Option<&str>) -> Duration {
+pub(crate) fn deadline(value: Option<&str>) -> Duration {
     value
         .and_then(|v| v.trim().parse::<u32>().ok())
         .filter(|s| (1..=i32::MAX.unsigned_abs()).contains(s))
@@ -139,7 +139,7 @@ pub fn deadline(value: Option<&str>) -> Duration {
 /// Sums `compatible` and `updating` of the claim rollout's status: JSON per template,
 /// either an object keyed by template name or an array. Entries without those counts are
 /// skipped; a value that is not JSON of either shape counts as no status.
-pub fn claim_counts(text: &str) -> Option<ClaimCounts> {
+pub(crate) fn claim_counts(text: &str) -> Option<ClaimCounts> {
     let value: Value = serde_json::from_str(text).ok()?;
     let entries: Vec<&Value> = match &value {
         Value::Object(map) if map.contains_key("updating") => vec![&value],
@@ -162,7 +162,7 @@ pub fn claim_counts(text: &str) -> Option<ClaimCounts> {
 
 /// `<generation>/<hash of the desired claim templates>`: a spec change or a template edit
 /// starts a new rollout.
-pub fn rollout_key(generation: i64, templates: Option<&str>) -> String {
+pub(crate) fn rollout_key(generation: i64, templates: Option<&str>) -> String {
     match templates {
         Some(t) => format!("{generation}/{:016x}", fnv1a(t.as_bytes())),
         None => generation.to_string(),
@@ -179,7 +179,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// The progress record kept in the `stateful-admission.io/progress` annotation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Progress {
+pub(crate) struct Progress {
     /// The rollout this record is about ([`rollout_key`]).
     pub rollout: String,
     /// The rollout completed (sticky until the next rollout, or claims start updating).
@@ -197,7 +197,7 @@ pub struct Progress {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Transition {
+pub(crate) struct Transition {
     pub status: String,
     pub since: String,
 }
@@ -205,7 +205,7 @@ pub struct Transition {
 /// The levels reached; see the module docs for which direction is progress.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Marks {
+pub(crate) struct Marks {
     pub observed_generation: i64,
     pub updated: i64,
     pub ready: i64,
@@ -265,14 +265,14 @@ impl Marks {
 }
 
 /// Reads the record; a missing or malformed one counts as none (it is rewritten).
-pub fn read_progress(set: &StatefulSet) -> Option<Progress> {
+pub(crate) fn read_progress(set: &StatefulSet) -> Option<Progress> {
     let text = set.metadata.annotations.as_ref()?.get(names::PROGRESS)?;
     serde_json::from_str(text).ok()
 }
 
 /// Where the rollout stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     Complete,
     /// Under way, within the deadline: `(reason, what is going on)`.
     Progressing(&'static str, String),
@@ -281,11 +281,11 @@ pub enum Phase {
 }
 
 /// How long after a deadline the set is looked at again.
-pub const LOOK_AGAIN_MARGIN: Duration = Duration::from_millis(100);
+pub(crate) const LOOK_AGAIN_MARGIN: Duration = Duration::from_millis(100);
 
 /// What to write.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
+pub(crate) struct Decision {
     pub phase: Phase,
     /// The full `status.conditions` list, when it differs from the set's.
     pub conditions: Option<Vec<StatefulSetCondition>>,
@@ -300,7 +300,7 @@ pub struct Decision {
 }
 
 /// Seconds precision, as the apiserver stores times.
-pub fn format_time(t: Timestamp) -> String {
+pub(crate) fn format_time(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
@@ -315,7 +315,7 @@ fn truncate_to_seconds(t: Timestamp) -> Timestamp {
 /// Whether every replica is updated and available, the controller saw the latest
 /// generation and no claim is updating — Deployment's `DeploymentComplete`, with the
 /// partition and claims of a StatefulSet.
-pub fn is_complete(o: &Observed) -> bool {
+pub(crate) fn is_complete(o: &Observed) -> bool {
     o.observed_generation >= o.generation
         && o.replicas == o.desired
         && o.available >= o.desired
@@ -390,7 +390,7 @@ fn under_way(o: &Observed) -> (&'static str, String) {
 /// the latest generation, the replica count is the desired one and no claim is updating.
 /// Partitioned and `OnDelete` sets never get there (the built-in controller completes only
 /// unpartitioned `RollingUpdate`s), so they keep the record.
-pub fn settled(o: &Observed) -> bool {
+pub(crate) fn settled(o: &Observed) -> bool {
     !o.on_delete
         && o.partition == 0
         && o.observed_generation >= o.generation
@@ -405,7 +405,7 @@ pub fn settled(o: &Observed) -> bool {
 /// keeps `lastTransitionTime` across the built-in controller's status writes for a set
 /// without a record. In memory only, so a restart forgets it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Remembered {
+pub(crate) struct Remembered {
     pub available: Option<Transition>,
     pub progressing: Option<Transition>,
     /// The rollout ([`rollout_key`]) last seen complete: it stays complete while only
@@ -415,7 +415,7 @@ pub struct Remembered {
 
 impl Remembered {
     /// Our conditions' statuses and transition times in `conditions`.
-    pub fn of(conditions: &[StatefulSetCondition]) -> Self {
+    pub(crate) fn of(conditions: &[StatefulSetCondition]) -> Self {
         let find = |type_: &str| {
             conditions
                 .iter()
@@ -446,8 +446,10 @@ fn fresh(o: &Observed, now: &str, complete: bool) -> Progress {
     }
 }
 
-/// Decides the conditions and the record of one set at time `now`.
-pub fn plan(
+/// Decides the conditions and the record of one set at time `now`, remembering nothing (the
+/// tables of tests).
+#[cfg(test)]
+pub(crate) fn plan(
     o: &Observed,
     existing: &[StatefulSetCondition],
     recorded: Option<&Progress>,
@@ -463,7 +465,7 @@ pub fn plan(
 /// a rollout is in flight (or, for partitioned and `OnDelete` sets, which never settle, until
 /// the next rollout). So first contact with a steady cluster writes each set's conditions and
 /// nothing else.
-pub fn plan_remembering(
+pub(crate) fn plan_remembering(
     o: &Observed,
     existing: &[StatefulSetCondition],
     recorded: Option<&Progress>,

@@ -8,7 +8,7 @@
 //!   executor, read again; and the loop that finishes journals whose set is gone.
 
 pub mod journal;
-pub mod plan;
+pub(crate) mod plan;
 
 use std::sync::Arc;
 use std::time::Duration;

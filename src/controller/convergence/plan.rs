@@ -28,7 +28,7 @@ use crate::names;
 
 /// What the planner looks at.
 #[derive(Debug, Clone, Copy)]
-pub struct State<'a> {
+pub(crate) struct State<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     /// Where journals live.
@@ -43,7 +43,7 @@ pub struct State<'a> {
 
 /// The next step of a convergence.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Plan {
+pub(crate) enum Plan {
     /// Nothing to do now; `Some(Poll)` to look again soon (a delete under way), `None` when
     /// a change brings it back.
     Wait(Option<Poll>),
@@ -62,11 +62,11 @@ pub enum Plan {
 
 /// Look again after the convergence poll interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Poll;
+pub(crate) struct Poll;
 
 /// What follows a plan's actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Then {
+pub(crate) enum Then {
     /// Read the set and journal again and plan the next step.
     ReadAgain,
     /// This pass is over.
@@ -74,12 +74,12 @@ pub enum Then {
 }
 
 /// Notes of the Events a convergence publishes.
-pub const DELETED_BY_USER: &str = "the StatefulSet was deleted by someone else before convergence deleted it; it is not re-created and the journal dropped";
+pub(crate) const DELETED_BY_USER: &str = "the StatefulSet was deleted by someone else before convergence deleted it; it is not re-created and the journal dropped";
 const STARTED: &str = "re-creating the StatefulSet with its desired volume claim templates (pods and claims are kept)";
 const CHANGED_MEANWHILE: &str = "the StatefulSet changed while it was being converged; the journal was dropped and the changed object is left as it is (it is converged again from its new state if it still has desired templates)";
 
 /// The facts of the live set the state machine decides on.
-pub fn live_facts(raw: &Value) -> LiveSet {
+pub(crate) fn live_facts(raw: &Value) -> LiveSet {
     let meta = |k: &str| {
         raw.pointer(&format!("/metadata/{k}"))
             .and_then(Value::as_str)
@@ -106,7 +106,7 @@ pub fn live_facts(raw: &Value) -> LiveSet {
 }
 
 /// Plans the next step of set `state.namespace/state.name`.
-pub fn plan(state: &State<'_>) -> Plan {
+pub(crate) fn plan(state: &State<'_>) -> Plan {
     let (namespace, name) = (state.namespace, state.name);
     let journal_name = names::journal_name(namespace, name);
     let live = state.live.map(live_facts);

@@ -15,7 +15,7 @@
 //! That memory lives in the index entry and goes with it, so it is bounded by the number
 //! of candidates.
 
-pub mod plan;
+pub(crate) mod plan;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,18 +33,18 @@ use super::context::Ctx;
 use super::executor::Outcome as Outcome2;
 use crate::admission::claim::default_class::{DefaultClass, DefaultSource};
 use crate::cluster::{Change, ClusterView, Kind};
-pub use plan::{Leave, Outcome, Plan};
+pub(crate) use plan::{Outcome, Plan};
 
 /// The feature, with the KEP's metrics: attempts, and failed attempts (successes are the
 /// difference).
 #[derive(Debug, Default)]
-pub struct RetroactiveDefaultClass {
+pub(crate) struct RetroactiveDefaultClass {
     attempts: Counter,
     errors: Counter,
 }
 
 impl RetroactiveDefaultClass {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
             "retroactive_storageclass",
@@ -150,7 +150,7 @@ enum Trigger {
 /// change feed.
 impl RetroactiveDefaultClass {
     /// Runs the feature until `stop`.
-    pub async fn run(&self, ctx: Arc<Ctx>, stop: CancellationToken) {
+    pub(crate) async fn run(&self, ctx: Arc<Ctx>, stop: CancellationToken) {
         run(self, ctx, stop).await;
     }
 }
@@ -348,7 +348,7 @@ fn source_text(class: &DefaultClass, namespace: &str) -> String {
 
 /// The write that gives `claim` (as the view holds it at `resource_version`) the default
 /// `class`, with the Event it publishes once done.
-pub fn assign(
+pub(crate) fn assign(
     claim: &PersistentVolumeClaim,
     class: &DefaultClass,
     resource_version: &str,

@@ -10,7 +10,7 @@ use crate::cluster::ClusterView;
 
 /// Why a claim is left alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Leave {
+pub(crate) enum Leave {
     /// Not classless, unbound and alive (see [`qualifies`]).
     NotCandidate,
     /// Its namespace opted out (`stateful-admission.io/ignore: "true"`).
@@ -27,7 +27,7 @@ pub enum Leave {
 
 /// The decision for one claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Plan {
+pub(crate) enum Plan {
     Leave(Leave),
     /// Set `spec.storageClassName` to `class`, provided the claim is still at
     /// `resource_version`.
@@ -42,7 +42,7 @@ pub enum Plan {
 /// with `PersistentVolumeClaimHasClass`: no `spec.storageClassName` (an empty string is a
 /// choice: "no class"), no beta class annotation, not bound nor pre-bound to a volume, and
 /// not being deleted.
-pub fn qualifies(claim: &PersistentVolumeClaim) -> bool {
+pub(crate) fn qualifies(claim: &PersistentVolumeClaim) -> bool {
     let annotated = claim
         .metadata
         .annotations
@@ -64,7 +64,7 @@ pub fn qualifies(claim: &PersistentVolumeClaim) -> bool {
 }
 
 /// Decides for `claim`; `tried` is the resourceVersion of the last attempt on it, if any.
-pub fn plan(claim: &PersistentVolumeClaim, view: &ClusterView, tried: Option<&str>) -> Plan {
+pub(crate) fn plan(claim: &PersistentVolumeClaim, view: &ClusterView, tried: Option<&str>) -> Plan {
     if !qualifies(claim) {
         return Plan::Leave(Leave::NotCandidate);
     }
@@ -94,7 +94,7 @@ pub fn plan(claim: &PersistentVolumeClaim, view: &ClusterView, tried: Option<&st
 /// The merge patch of an assignment: the resourceVersion in the body is a precondition
 /// (409 Conflict when the claim moved), so a claim bound or given a class meanwhile is
 /// never changed.
-pub fn patch_body(class: &str, resource_version: &str) -> Value {
+pub(crate) fn patch_body(class: &str, resource_version: &str) -> Value {
     json!({
         "metadata": {"resourceVersion": resource_version},
         "spec": {"storageClassName": class},
@@ -103,7 +103,7 @@ pub fn patch_body(class: &str, resource_version: &str) -> Value {
 
 /// How an attempt ended, from the API's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Assigned,
     /// 409: the claim changed since it was read; its watch event brings it back.
     Conflict,
@@ -118,7 +118,7 @@ pub enum Outcome {
 }
 
 /// Classifies an API error of the assignment patch.
-pub fn classify(code: u16) -> Outcome {
+pub(crate) fn classify(code: u16) -> Outcome {
     match code {
         409 => Outcome::Conflict,
         404 => Outcome::Gone,
@@ -132,7 +132,7 @@ pub fn classify(code: u16) -> Outcome {
 /// Whether a refusal is the pre-1.25 validation (core/validation
 /// `ValidatePersistentVolumeClaimUpdate` before KEP-3333: "spec: Forbidden: spec is
 /// immutable after creation ...").
-pub fn is_old_apiserver_refusal(message: &str) -> bool {
+pub(crate) fn is_old_apiserver_refusal(message: &str) -> bool {
     message.contains("spec is immutable after creation")
 }
 

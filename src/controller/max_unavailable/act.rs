@@ -19,7 +19,7 @@ use crate::controller::snapshot::SetSnapshot;
 const GATE_UNKNOWN_RECHECK: Duration = Duration::from_secs(15);
 
 /// One reconcile step for `snapshot`; returns when to look again.
-pub async fn sync(
+pub(crate) async fn sync(
     metrics: &MaxUnavailable,
     snapshot: &SetSnapshot,
     ctx: &Ctx,
@@ -137,7 +137,7 @@ pub async fn sync(
 
 /// The Event of a set whose budget cannot be driven while the gate is unknown: once per set
 /// and update revision.
-pub fn gate_unknown(
+pub(crate) fn gate_unknown(
     snapshot: &SetSnapshot,
     rollout: &plan::Rollout,
     plan: &plan::Plan,
@@ -172,7 +172,11 @@ fn set_ref(snapshot: &SetSnapshot) -> k8s_openapi::api::core::v1::ObjectReferenc
 /// What a plan does: the once-per-rollout warning where the budget cannot be used, then
 /// one precondition delete per planned pod (highest ordinal first), each remembered in the
 /// expectations. Deletions come last so that they zip with `plan.deletions`.
-pub fn actions(snapshot: &SetSnapshot, rollout: &plan::Rollout, plan: &plan::Plan) -> Vec<Action> {
+pub(crate) fn actions(
+    snapshot: &SetSnapshot,
+    rollout: &plan::Rollout,
+    plan: &plan::Plan,
+) -> Vec<Action> {
     let mut actions = Vec::with_capacity(plan.deletions.len() + 1);
     if plan.hold == plan::Hold::RecreatedAtCurrentRevision {
         let below = rollout.recreated_at_current_below.unwrap_or(0);

@@ -22,7 +22,7 @@ use crate::admission::GateStatus;
 use crate::controller::context::Ctx;
 
 /// Prefix of the probe's generated name (a fixed name could collide with a real set).
-pub const PROBE_NAME_PREFIX: &str = "stateful-admission-gate-probe-";
+pub(crate) const PROBE_NAME_PREFIX: &str = "stateful-admission-gate-probe-";
 /// How often series of StatefulSets that no longer exist are removed from the metrics.
 const METRICS_SWEEP: Duration = Duration::from_secs(30);
 
@@ -51,7 +51,7 @@ pub use crate::admission::GateCell;
 
 /// The StatefulSet sent as a dry run: no replicas (so no limit against replicas applies and
 /// nothing would run even if it were stored), `maxUnavailable: 2`.
-pub fn probe_object() -> StatefulSet {
+pub(crate) fn probe_object() -> StatefulSet {
     let labels = BTreeMap::from([(
         "app.kubernetes.io/name".to_owned(),
         "stateful-admission-gate-probe".to_owned(),
@@ -96,7 +96,7 @@ pub fn probe_object() -> StatefulSet {
 }
 
 /// What the apiserver's answer to the dry run says about the gate.
-pub fn gate_from_answer(answer: &StatefulSet) -> GateStatus {
+pub(crate) fn gate_from_answer(answer: &StatefulSet) -> GateStatus {
     let kept = answer
         .spec
         .update_strategy
@@ -112,7 +112,10 @@ pub fn gate_from_answer(answer: &StatefulSet) -> GateStatus {
 }
 
 /// One probe: a server-side dry-run create in the controller's namespace.
-pub async fn probe(client: kube::Client, namespace: &str) -> Result<GateStatus, kube::Error> {
+pub(crate) async fn probe(
+    client: kube::Client,
+    namespace: &str,
+) -> Result<GateStatus, kube::Error> {
     let sets: Api<StatefulSet> = Api::namespaced(client, namespace);
     let answer = sets
         .create(&crate::field_manager::dry_run_post(), &probe_object())
@@ -124,7 +127,7 @@ pub async fn probe(client: kube::Client, namespace: &str) -> Result<GateStatus, 
 /// `spec.updateStrategy.rollingUpdate.maxUnavailable` shows it on; one whose managedFields
 /// say a writer set the field though the stored object lacks it shows it dropped (off, or an
 /// apiserver from before the field). `None` when the set says neither.
-pub fn evidence(set: &StatefulSet) -> Option<GateStatus> {
+pub(crate) fn evidence(set: &StatefulSet) -> Option<GateStatus> {
     let kept = set
         .spec
         .update_strategy
@@ -147,7 +150,7 @@ pub fn evidence(set: &StatefulSet) -> Option<GateStatus> {
 
 /// The wait before the next probe after `failures` failed ones in a row: 1 s, doubling, at
 /// most `cap` (client-go's backoff shape, without jitter: one prober per process).
-pub fn retry_after(failures: u32, cap: Duration) -> Duration {
+pub(crate) fn retry_after(failures: u32, cap: Duration) -> Duration {
     let doubled = Duration::from_secs(1).saturating_mul(1u32 << failures.saturating_sub(1).min(16));
     doubled.min(cap).max(Duration::from_millis(1))
 }
@@ -156,7 +159,11 @@ pub fn retry_after(failures: u32, cap: Duration) -> Duration {
 /// doubling, at most `probe_retry`) until the apiserver answers; and at once when the
 /// apiserver's version changes (an upgrade can flip the gate's default). Also sweeps metric
 /// series of StatefulSets that are gone. With the gate set by flag, only records that.
-pub async fn run_gate_probe(metrics: &MaxUnavailable, ctx: Arc<Ctx>, stop: CancellationToken) {
+pub(crate) async fn run_gate_probe(
+    metrics: &MaxUnavailable,
+    ctx: Arc<Ctx>,
+    stop: CancellationToken,
+) {
     let settings = metrics.settings().clone();
     let mut next_probe = match settings.gate.configured() {
         Some(status) => {

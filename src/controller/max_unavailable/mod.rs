@@ -11,9 +11,9 @@
 //! - [`plan`]: pure planning of one step from the set, its pods and the clock;
 //! - [`act`]: the deletions (with uid and resourceVersion preconditions), events, metrics.
 
-pub mod act;
-pub mod gate;
-pub mod plan;
+pub(crate) mod act;
+pub(crate) mod gate;
+pub(crate) mod plan;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;

@@ -30,13 +30,13 @@ use crate::names;
 
 /// `spec.podManagementPolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PodManagement {
+pub(crate) enum PodManagement {
     OrderedReady,
     Parallel,
 }
 
 impl PodManagement {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::OrderedReady => "OrderedReady",
             Self::Parallel => "Parallel",
@@ -46,7 +46,7 @@ impl PodManagement {
 
 /// Where a set's maxUnavailable comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// `spec.updateStrategy.rollingUpdate.maxUnavailable`, stored while the gate was on.
     Native,
     /// `stateful-admission.io/max-unavailable`, written by the webhook.
@@ -55,7 +55,7 @@ pub enum Source {
 
 /// A set whose rolling update this controller drives.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rollout {
+pub(crate) struct Rollout {
     pub uid: String,
     pub policy: PodManagement,
     pub replicas: i64,
@@ -78,7 +78,7 @@ pub struct Rollout {
 
 /// Why a set is left alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Skip {
+pub(crate) enum Skip {
     /// The set is being deleted.
     Deleting,
     /// `OnDelete` (or a type the apiserver would reject).
@@ -100,7 +100,7 @@ pub enum Skip {
 }
 
 /// Reads what the driver needs from the set, or why it should not act on it.
-pub fn rollout(set: &StatefulSet) -> Result<Rollout, Skip> {
+pub(crate) fn rollout(set: &StatefulSet) -> Result<Rollout, Skip> {
     let meta = &set.metadata;
     if meta.deletion_timestamp.is_some() {
         return Err(Skip::Deleting);
@@ -192,7 +192,7 @@ pub fn rollout(set: &StatefulSet) -> Result<Rollout, Skip> {
 
 /// One replica's state as the upstream controller judges it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Health {
+pub(crate) enum Health {
     /// Running, Ready, for at least `minReadySeconds`, not terminating.
     Available,
     /// Running and Ready, available once `minReadySeconds` have passed: in this long.
@@ -206,7 +206,7 @@ pub enum Health {
 }
 
 impl Health {
-    pub fn is_available(self) -> bool {
+    pub(crate) fn is_available(self) -> bool {
         self == Self::Available
     }
 }
@@ -214,7 +214,7 @@ impl Health {
 /// `isUnavailable` = not (Running and `podutil.IsPodAvailable`) or terminating.
 /// `IsPodAvailable`: Ready, and `minReadySeconds` zero or the Ready condition's
 /// `lastTransitionTime + minReadySeconds` strictly before now.
-pub fn health(pod: &Pod, min_ready_seconds: i64, now: Timestamp) -> Health {
+pub(crate) fn health(pod: &Pod, min_ready_seconds: i64, now: Timestamp) -> Health {
     if pod.metadata.deletion_timestamp.is_some() {
         return Health::Terminating;
     }
@@ -250,7 +250,7 @@ pub fn health(pod: &Pod, min_ready_seconds: i64, now: Timestamp) -> Health {
 
 /// A pod to delete, with the preconditions that make the delete safe against a stale view.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Deletion {
+pub(crate) struct Deletion {
     pub ordinal: u32,
     pub name: String,
     pub uid: String,
@@ -261,7 +261,7 @@ pub struct Deletion {
 
 /// Why no (further) pod is deleted now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hold {
+pub(crate) enum Hold {
     /// Every replica from the partition up is at the update revision (or being replaced).
     Nothing,
     /// `OrderedReady`: a batch starts only when every replica is available.
@@ -275,7 +275,7 @@ pub enum Hold {
 
 /// What to do for one set now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub max_unavailable: usize,
     /// Unavailable replicas over all ordinals, before the deletions.
     pub unavailable: usize,
@@ -351,7 +351,7 @@ fn controlled_by(pod: &Pod, uid: &str) -> bool {
 
 /// Plans one step: `pods` holds every ordinal of the set in order (as in
 /// [`SetSnapshot`](crate::controller::SetSnapshot)), `now` is the clock.
-pub fn plan(rollout: &Rollout, pods: &[(u32, Option<Arc<Pod>>)], now: Timestamp) -> Plan {
+pub(crate) fn plan(rollout: &Rollout, pods: &[(u32, Option<Arc<Pod>>)], now: Timestamp) -> Plan {
     let replicas: Vec<Replica<'_>> = pods
         .iter()
         .enumerate()
@@ -449,7 +449,7 @@ pub fn plan(rollout: &Rollout, pods: &[(u32, Option<Arc<Pod>>)], now: Timestamp)
 }
 
 /// The note of a batch's `MaxUnavailableBatch` Event; [`read_batch_note`] reads it back.
-pub fn batch_note(
+pub(crate) fn batch_note(
     pods: &[&str],
     update_revision: &str,
     max_unavailable: usize,
@@ -463,13 +463,13 @@ pub fn batch_note(
 
 /// What a batch's note says: how many pods it deleted, for which revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchNote {
+pub(crate) struct BatchNote {
     pub pods: usize,
     pub update_revision: String,
 }
 
 /// Reads a note [`batch_note`] wrote (`status` shows the batch of the update in progress).
-pub fn read_batch_note(note: &str) -> Option<BatchNote> {
+pub(crate) fn read_batch_note(note: &str) -> Option<BatchNote> {
     let rest = note.strip_prefix("Deleted ")?;
     let (list, rest) = rest.split_once(" for the update to revision ")?;
     let (update_revision, _) = rest.split_once(" (")?;
