@@ -109,7 +109,7 @@ pub fn merge(target: &mut Value, config: &Value) {
 }
 
 /// The part of the configuration the write addresses (`status` is reset on the main
-/// resource of a type with a status subresource, and only `status` counts on it).
+/// resource of a type with a status subresource, and `spec` on that subresource).
 fn scoped(config: &Value, tracking: Tracking) -> Value {
     let mut out = config.clone();
     if let Some(map) = out.as_object_mut() {
@@ -118,13 +118,9 @@ fn scoped(config: &Value, tracking: Tracking) -> Value {
             Tracking::Main => {
                 map.remove("status");
             }
-            Tracking::Status => map
-                .retain(|k, _| matches!(k.as_str(), "status" | "apiVersion" | "kind" | "metadata")),
-        }
-        if tracking == Tracking::Status
-            && let Some(Value::Object(meta)) = map.get_mut("metadata")
-        {
-            meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace"));
+            Tracking::Status => {
+                map.remove("spec");
+            }
         }
     }
     out
