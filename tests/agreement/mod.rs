@@ -22,8 +22,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::events::v1::Event as EventV1;
 use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
-    PropagationPolicy, WatchEvent, WatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    Preconditions, PropagationPolicy, WatchEvent, WatchParams,
 };
 use kube::core::Status;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -61,6 +61,9 @@ pub fn all() -> Vec<(&'static str, Body)> {
         }),
         ("managed_fields_on_create", |c, ns| {
             Box::pin(async move { managed_fields_on_create(c, &ns).await })
+        }),
+        ("statefulset_defaults", |c, ns| {
+            Box::pin(async move { statefulset_defaults(c, &ns).await })
         }),
         ("claim_updates", |c, ns| {
             Box::pin(async move { claim_updates(c, &ns).await })
@@ -771,6 +774,60 @@ pub async fn managed_fields_on_create(client: Client, ns: &str) -> anyhow::Resul
             "Apply failed with 1 conflict: conflict with \"{MANAGER}\" using apps/v1: .metadata.labels.tier"
         ),
     )?;
+
+    // An apply of the very manifest a client-side apply created conflicts on the atomic claim
+    // templates alone (the stored ones carry defaults the manifest lacks); the containers,
+    // merged by name, keep their defaults and do not conflict.
+    let manifest = statefulset_json("client-side", 0);
+    sets.create(
+        &PostParams {
+            field_manager: Some("kubectl-client-side-apply".into()),
+            ..PostParams::default()
+        },
+        &serde_json::from_value(manifest.clone())?,
+    )
+    .await?;
+    let refused = failure(
+        "an apply of the manifest a client-side apply created",
+        sets.patch(
+            "client-side",
+            &PatchParams::apply("helm"),
+            &Patch::Apply(&manifest),
+        )
+        .await,
+    )?;
+    expect_failure(
+        "apply over client-side ownership",
+        &refused,
+        409,
+        "Conflict",
+        "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.volumeClaimTemplates",
+    )?;
+    let forced = to_json(
+        &sets
+            .patch(
+                "client-side",
+                &PatchParams::apply("helm").force(),
+                &Patch::Apply(&manifest),
+            )
+            .await?,
+    )?;
+    ensure!(
+        forced["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent",
+        "the container keeps its defaults: {}",
+        forced["spec"]["template"]["spec"]
+    );
+    ensure!(
+        owns(&forced, "helm", "", &["f:spec", "f:volumeClaimTemplates"])
+            && !owns(
+                &forced,
+                "kubectl-client-side-apply",
+                "",
+                &["f:spec", "f:volumeClaimTemplates"]
+            ),
+        "forced, helm took the templates: {}",
+        forced["metadata"]["managedFields"]
+    );
     Ok(())
 }
 
@@ -868,6 +925,161 @@ pub async fn claim_updates(client: Client, ns: &str) -> anyhow::Result<()> {
             && stored["spec"]["resources"]["requests"]["storage"] == "1Gi",
         "refused updates changed nothing: {}",
         stored["spec"]
+    );
+
+    // With the VolumeAttributesClass gate off (v1.32's default) the registry drops
+    // `volumeAttributesClassName` from a claim that does not use it, on create and update,
+    // after the field manager recorded who set it.
+    let with_vac: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "vac"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+            "volumeAttributesClassName": "fast"},
+    }))?;
+    let created = to_json(&claims.create(&post(), &with_vac).await?)?;
+    ensure!(
+        created["spec"].get("volumeAttributesClassName").is_none(),
+        "dropped on create: {}",
+        created["spec"]
+    );
+    ensure!(
+        owns(
+            &created,
+            MANAGER,
+            "",
+            &["f:spec", "f:volumeAttributesClassName"]
+        ),
+        "the creator owns the dropped field: {}",
+        created["metadata"]["managedFields"]
+    );
+    let patched = to_json(
+        &claims
+            .patch(
+                "data",
+                &patch_params(),
+                &Patch::Merge(json!({"spec": {"volumeAttributesClassName": "fast"}})),
+            )
+            .await?,
+    )?;
+    ensure!(
+        patched["spec"].get("volumeAttributesClassName").is_none(),
+        "dropped on update: {}",
+        patched["spec"]
+    );
+    Ok(())
+}
+
+/// What the apiserver fills in on a StatefulSet and a claim (raw JSON, nulls included): the
+/// webhook and the controller see these defaulted objects, never the manifests.
+pub async fn statefulset_defaults(client: Client, ns: &str) -> anyhow::Result<()> {
+    let sets: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<StatefulSet>(&()));
+    let mut manifest = statefulset_json("web", 0);
+    manifest["spec"]["template"]["spec"]["containers"] = json!([
+        {"name": "db", "image": "registry.k8s.io/pause:3.10", "ports": [{"containerPort": 80}]},
+        {"name": "latest", "image": "busybox"},
+    ]);
+    manifest["spec"]["template"]["spec"]["volumes"] = json!([
+        {"name": "config", "configMap": {"name": "web"}},
+        {"name": "secret", "secret": {"secretName": "web"}},
+    ]);
+    let created = sets
+        .create(&post(), &serde_json::from_value(manifest)?)
+        .await?;
+    let spec = created.data["spec"].clone();
+    let expected = json!({
+        "replicas": 0,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {
+            "metadata": {"creationTimestamp": null, "labels": {"app": "web"}},
+            "spec": {
+                "volumes": [
+                    {"name": "config", "configMap": {"name": "web", "defaultMode": 420}},
+                    {"name": "secret", "secret": {"secretName": "web", "defaultMode": 420}},
+                ],
+                "containers": [
+                    {"name": "db", "image": "registry.k8s.io/pause:3.10",
+                     "ports": [{"containerPort": 80, "protocol": "TCP"}], "resources": {},
+                     "terminationMessagePath": "/dev/termination-log",
+                     "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"},
+                    {"name": "latest", "image": "busybox", "resources": {},
+                     "terminationMessagePath": "/dev/termination-log",
+                     "terminationMessagePolicy": "File", "imagePullPolicy": "Always"},
+                ],
+                "restartPolicy": "Always",
+                "terminationGracePeriodSeconds": 30,
+                "dnsPolicy": "ClusterFirst",
+                "securityContext": {},
+                "schedulerName": "default-scheduler",
+            },
+        },
+        "volumeClaimTemplates": [{
+            "kind": "PersistentVolumeClaim",
+            "apiVersion": "v1",
+            "metadata": {"name": "data", "creationTimestamp": null},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                     "volumeMode": "Filesystem"},
+            "status": {"phase": "Pending"},
+        }],
+        "serviceName": "web",
+        "podManagementPolicy": "OrderedReady",
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+        "revisionHistoryLimit": 10,
+        "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+    });
+    ensure!(
+        spec == expected,
+        "the defaulted StatefulSet spec:\n{}\nexpected:\n{}",
+        serde_json::to_string_pretty(&spec)?,
+        serde_json::to_string_pretty(&expected)?
+    );
+    ensure!(
+        created.data["status"] == json!({"replicas": 0, "availableReplicas": 0}),
+        "the status a create answers: {}",
+        created.data["status"]
+    );
+
+    // `{type: RollingUpdate}` alone gets no rollingUpdate block; OnDelete none either.
+    for (name, strategy, stored) in [
+        (
+            "rolling",
+            json!({"type": "RollingUpdate"}),
+            json!({"type": "RollingUpdate"}),
+        ),
+        (
+            "ondelete",
+            json!({"type": "OnDelete"}),
+            json!({"type": "OnDelete"}),
+        ),
+    ] {
+        let mut manifest = statefulset_json(name, 0);
+        manifest["spec"]["updateStrategy"] = strategy;
+        let created = sets
+            .create(&post(), &serde_json::from_value(manifest)?)
+            .await?;
+        ensure!(
+            created.data["spec"]["updateStrategy"] == stored,
+            "{name}: {}",
+            created.data["spec"]["updateStrategy"]
+        );
+    }
+
+    let claims: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        ns,
+        &ApiResource::erase::<PersistentVolumeClaim>(&()),
+    );
+    let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+    let created = claims
+        .create(&post(), &serde_json::from_value(claim)?)
+        .await?;
+    let expected = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+        "volumeMode": "Filesystem"});
+    ensure!(
+        created.data["spec"] == expected && created.data["status"] == json!({"phase": "Pending"}),
+        "the defaulted claim: {} {}",
+        created.data["spec"],
+        created.data["status"]
     );
     Ok(())
 }

@@ -14,12 +14,13 @@ use crate::support::fake_apiserver::{FakeApiConfig, FakeApiServer};
 /// The namespace each body works in.
 const NS: &str = "agreement";
 
-/// A fake configured as v1.32 with default gates (`MaxUnavailableStatefulSet` off, the
-/// retroactive default class allowed), and a client for it with the body's namespace created.
+/// A fake configured as v1.32 with default gates (`MaxUnavailableStatefulSet` and
+/// `VolumeAttributesClass` off, the retroactive default class allowed), and a client for it with the body's namespace created.
 async fn v1_32() -> (FakeApiServer, kube::Client) {
     let api = FakeApiServer::start_with(FakeApiConfig {
         git_version: "v1.32.0".to_owned(),
         drop_statefulset_max_unavailable: true,
+        drop_claim_volume_attributes_class: true,
         retroactive_default_class_allowed: true,
         ..FakeApiConfig::default()
     })
@@ -63,6 +64,7 @@ agreement_tests!(
     max_unavailable_gate_off,
     orphan_delete_preconditions,
     managed_fields_on_create,
+    statefulset_defaults,
     claim_updates,
     write_preconditions,
     status_subresource,
