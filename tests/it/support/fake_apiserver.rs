@@ -107,6 +107,10 @@ pub struct FakeApiConfig {
     /// `spec.updateStrategy.rollingUpdate.maxUnavailable` on every StatefulSet write
     /// (unless the stored object already uses it, as the registry does).
     pub drop_statefulset_max_unavailable: bool,
+    /// Act like an apiserver with the `VolumeAttributesClass` gate off (v1.32 and v1.33's
+    /// default): silently drop a claim's `spec.volumeAttributesClassName` on every write
+    /// (unless the stored claim already uses it). StatefulSet claim templates keep it.
+    pub drop_claim_volume_attributes_class: bool,
     /// How long an orphan delete keeps the object present, with `deletionTimestamp` and
     /// the `orphan` finalizer, before the dependents are orphaned and the object goes;
     /// zero (the default) finishes the delete within the request (the answer, as the
@@ -131,6 +135,7 @@ impl Default for FakeApiConfig {
         Self {
             retroactive_default_class_allowed: true,
             drop_statefulset_max_unavailable: false,
+            drop_claim_volume_attributes_class: false,
             orphan_deletion_lag: Duration::ZERO,
             bookmark_interval: Duration::from_secs(1),
             watch_history_limit: 10_000,

@@ -163,6 +163,8 @@ fn as_map(v: Option<&Value>) -> Option<Option<&Map<String, Value>>> {
 }
 
 fn walk(path: &mut FieldPath, old: Option<&Value>, new: Option<&Value>, c: &mut Comparison) {
+    // A null is no value (the zero `creationTimestamp` of an embedded ObjectMeta).
+    let (old, new) = (old.filter(|v| !v.is_null()), new.filter(|v| !v.is_null()));
     let empty = |m: Option<&Map<String, Value>>| m.is_none_or(Map::is_empty);
     match (as_map(old), as_map(new)) {
         // Two maps, not both empty: descend (structured-merge-diff's emptyPromoteToLeaf

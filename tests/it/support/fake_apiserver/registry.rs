@@ -766,7 +766,8 @@ pub fn apply_defaults(
 /// Drops fields behind disabled feature gates (kept if already in use), as the registry's
 /// PrepareForCreate/PrepareForUpdate does: after mutating admission, and after the field
 /// manager recorded who set them (a v1.32 apiserver with `MaxUnavailableStatefulSet` off
-/// keeps `f:maxUnavailable` in managedFields while it drops the field).
+/// keeps `f:maxUnavailable` in managedFields while it drops the field; the same for a claim's
+/// `volumeAttributesClassName` with `VolumeAttributesClass` off).
 pub fn drop_disabled_fields(
     config: &FakeApiConfig,
     resource: &ResourceType,
@@ -778,6 +779,12 @@ pub fn drop_disabled_fields(
         && !old.is_some_and(validation::uses_max_unavailable)
     {
         validation::drop_max_unavailable(object);
+    }
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
+        && config.drop_claim_volume_attributes_class
+        && !old.is_some_and(validation::uses_volume_attributes_class)
+    {
+        validation::drop_volume_attributes_class(object);
     }
 }
 
