@@ -965,6 +965,36 @@ pub async fn claim_updates(client: Client, ns: &str) -> anyhow::Result<()> {
         "dropped on update: {}",
         patched["spec"]
     );
+
+    // Every new claim gets the protection finalizer (an admission plugin's, after the field
+    // manager: nobody owns it); deleting a claim no scheduled pod uses marks it, and the
+    // protection controller lets it go.
+    ensure!(
+        created["metadata"]["finalizers"] == json!(["kubernetes.io/pvc-protection"]),
+        "the protection finalizer: {}",
+        created["metadata"]
+    );
+    ensure!(
+        !owns(&created, MANAGER, "", &["f:metadata", "f:finalizers"]),
+        "nobody owns the finalizer: {}",
+        created["metadata"]["managedFields"]
+    );
+    let answer = claims.delete("vac", &DeleteParams::default()).await?;
+    let marked = answer
+        .left()
+        .context("a claim's delete answers the marked claim")?;
+    ensure!(
+        marked.metadata.deletion_timestamp.is_some()
+            && marked.finalizers() == ["kubernetes.io/pvc-protection"],
+        "marked for deletion: {:?}",
+        marked.metadata
+    );
+    eventually(
+        "the unused claim to go",
+        Duration::from_secs(60),
+        || async { Ok(claims.get_opt("vac").await?.is_none()) },
+    )
+    .await?;
     Ok(())
 }
 
@@ -1075,6 +1105,11 @@ pub async fn statefulset_defaults(client: Client, ns: &str) -> anyhow::Result<()
         .await?;
     let expected = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
         "volumeMode": "Filesystem"});
+    ensure!(
+        created.metadata.finalizers == Some(vec!["kubernetes.io/pvc-protection".to_owned()]),
+        "the protection finalizer: {:?}",
+        created.metadata.finalizers
+    );
     ensure!(
         created.data["spec"] == expected && created.data["status"] == json!({"phase": "Pending"}),
         "the defaulted claim: {} {}",
