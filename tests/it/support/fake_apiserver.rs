@@ -45,6 +45,10 @@
 //! - the StatefulSet and PVC update validation and the defaulting our rules meet; Secrets
 //!   turn `stringData` into `data`, default to `Opaque`, keep their type, and a
 //!   `kubernetes.io/tls` Secret needs `tls.crt` and `tls.key`;
+//! - new claims get the `kubernetes.io/pvc-protection` finalizer (the
+//!   StorageObjectInUseProtection plugin), which a claim being deleted loses as soon as no
+//!   scheduled, unfinished pod uses it (the PVC protection controller; checked on the claim's
+//!   delete and on the delete of a pod using it);
 //! - delete with uid/resourceVersion preconditions and the garbage collector's orphaning;
 //!   other propagation policies are only recorded: dependents are never deleted;
 //! - `dryRun=All` validates (and admits) and answers without storing;

@@ -183,6 +183,15 @@ pub fn prepare_create(
             now: &now,
         },
     );
+    // StorageObjectInUseProtection, a built-in admission plugin: after the field manager,
+    // so the finalizer is nobody's.
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
+        let mut list = finalizers(&object);
+        if !list.iter().any(|f| f == PVC_PROTECTION_FINALIZER) {
+            list.push(PVC_PROTECTION_FINALIZER.to_owned());
+            set_meta(&mut object, "finalizers", json!(list));
+        }
+    }
     Ok(object)
 }
 
@@ -557,6 +566,11 @@ pub fn delete(
         let object = store
             .commit_delete(resource, namespace, name)
             .unwrap_or(current);
+        if std::ptr::eq(resource, &resources::PODS) {
+            for claim in claims_of(&object) {
+                release_claim(store, namespace, &claim);
+            }
+        }
         return Ok(DeleteOutcome {
             object,
             code: 200,
@@ -574,11 +588,66 @@ pub fn delete(
     let mut marked = current;
     mark_deleting(&mut marked);
     let object = store.commit_upsert(resource, marked);
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
+        release_claim(store, namespace, name);
+    }
     Ok(DeleteOutcome {
         object,
         code: 200,
         deferred: None,
     })
+}
+
+/// The finalizer the StorageObjectInUseProtection admission plugin puts on every new claim.
+pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
+
+/// The claims a pod's volumes name.
+fn claims_of(pod: &Value) -> Vec<String> {
+    pod.pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The PVC protection controller: a claim being deleted loses its finalizer once no
+/// scheduled pod that has not finished uses it (an unscheduled pod never holds it).
+fn release_claim(store: &mut Store, namespace: &str, name: &str) {
+    let resource = &resources::PERSISTENT_VOLUME_CLAIMS;
+    let Some(claim) = store.get(resource, namespace, name).cloned() else {
+        return;
+    };
+    let list = finalizers(&claim);
+    if !is_deleting(&claim) || !list.iter().any(|f| f == PVC_PROTECTION_FINALIZER) {
+        return;
+    }
+    let in_use = store.list(&resources::PODS, Some(namespace)).any(|pod| {
+        let scheduled = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        let finished = matches!(
+            pod.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        );
+        scheduled && !finished && claims_of(pod).iter().any(|c| c == name)
+    });
+    if in_use {
+        return;
+    }
+    let remaining: Vec<String> = list
+        .into_iter()
+        .filter(|f| f != PVC_PROTECTION_FINALIZER)
+        .collect();
+    if remaining.is_empty() {
+        store.commit_delete(resource, namespace, name);
+    } else {
+        let mut updated = claim;
+        set_meta(&mut updated, "finalizers", json!(remaining));
+        store.commit_upsert(resource, updated);
+    }
 }
 
 /// Completes a lagged orphan delete, as the garbage collector would: strips the owner's
