@@ -1550,7 +1550,7 @@ pub async fn paged_lists_and_watch(client: Client, ns: &str) -> anyhow::Result<(
         .labels("agreement/page=yes")
         .timeout(10);
     let stream = maps.watch(&watch, &rv).await?;
-    let mut stream = std::pin::pin!(stream);
+    let mut stream = Box::pin(stream);
     let mut seen = Vec::new();
     while seen.len() < 2 {
         let next = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
