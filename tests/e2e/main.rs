@@ -7,6 +7,10 @@
 //! `ignored` with the reason, never passed. README.md ("Tests against a real cluster") says how
 //! to run it and what it creates.
 //!
+//! The `agreement_*` trials run the bodies of tests/agreement (which tests/it runs against the
+//! fake API server) on the `KUBECONFIG` cluster with nothing but a client and a namespace:
+//! no install, no release binary.
+//!
 //! Scenarios run one at a time (they share cluster-wide objects: the webhook configurations,
 //! StorageClasses), each in namespaces of its own that are removed afterwards. `serve` runs as
 //! a child process on loopback with the chart's ServiceAccount token and RBAC, behind a local
@@ -14,6 +18,8 @@
 //! configurations are the chart's, in URL mode. The test plays the kubelet, the external
 //! provisioner and the external resizer.
 
+#[path = "../agreement/mod.rs"]
+mod agreement;
 mod scenarios;
 mod support;
 
@@ -29,7 +35,7 @@ fn main() -> ExitCode {
     if let Some(why) = &skip {
         eprintln!("e2e: every scenario is skipped: {why}");
     }
-    let trials = scenarios::all()
+    let mut trials: Vec<Trial> = scenarios::all()
         .into_iter()
         .map(|scenario| {
             let skip = skip.clone();
@@ -39,5 +45,15 @@ fn main() -> ExitCode {
             })
         })
         .collect();
+    // The agreement bodies (tests/agreement), also run against the fake in tests/it: a client
+    // and a namespace each, no install and no `serve`.
+    trials.extend(agreement::all().into_iter().map(|(name, body)| {
+        let skip = skip.clone();
+        let trial = format!("agreement_{name}");
+        Trial::ignorable_test(trial.clone(), move || match skip {
+            Some(why) => Ok(Completion::ignored_with(why)),
+            None => support::run_agreement(&trial, body).map(|()| Completion::Completed),
+        })
+    }));
     libtest_mimic::run(&args, trials).exit_code()
 }

@@ -560,10 +560,11 @@ async fn delete_preconditions_protect_the_object() {
     };
     let conflict = api_error(sets.delete("web", &wrong_uid).await);
     assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
+    // As `rest.BeforeDelete` words it (the agreement bodies check the whole message).
     assert!(
-        conflict
-            .message
-            .contains("Precondition failed: UID in precondition"),
+        conflict.message.contains(
+            "the UID in the precondition (00000000-0000-0000-0000-000000000000) does not match"
+        ),
         "{}",
         conflict.message
     );
@@ -968,10 +969,16 @@ async fn recorder_publishes_events_k8s_io_events() {
     let stored = &listed.items[0];
     assert_eq!(stored.reason.as_deref(), Some("ClaimIncompatible"));
     assert_eq!(stored.series.as_ref().map(|s| s.count), Some(2));
-    assert!(
-        api.list_objects(&resources::CORE_EVENTS).is_empty(),
-        "core/v1 events are a separate collection here"
+    // One collection, two versions: the core/v1 view of the same Event.
+    let core = api.list_objects(&resources::CORE_EVENTS);
+    assert_eq!(core.len(), 1, "{core:?}");
+    assert_eq!(core[0]["involvedObject"]["name"], "web");
+    assert_eq!(core[0]["reportingComponent"], "stateful-admission");
+    assert_eq!(
+        core[0]["message"],
+        "delete the claim and its pod to re-create it"
     );
+    assert_eq!(core[0]["series"]["count"], 2);
 }
 
 #[tokio::test]

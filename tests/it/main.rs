@@ -1,6 +1,9 @@
 //! Integration tests: one binary, one module per area.
 
 mod admission_mode;
+#[path = "../agreement/mod.rs"]
+mod agreement;
+mod agreement_fake;
 mod certs;
 mod certs_self_managed;
 mod check;

@@ -144,6 +144,62 @@ pub fn run_scenario(scenario: &Scenario) -> Result<(), libtest_mimic::Failed> {
     outcome.map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
 }
 
+/// Runs one agreement body (tests/agreement) on the `KUBECONFIG` cluster: a client, a
+/// namespace labelled with [`SCENARIO_LABEL`] for the body, removed afterwards whatever the
+/// outcome. Nothing is installed and `serve` is not needed.
+pub fn run_agreement(
+    name: &str,
+    body: fn(kube::Client, String) -> BoxFuture<'static, anyhow::Result<()>>,
+) -> Result<(), libtest_mimic::Failed> {
+    let started = Instant::now();
+    let outcome = RUNTIME.block_on(async {
+        let cluster = Cluster::connect(&Env::kubeconfig(Which::Default)?).await?;
+        let client = cluster.client.clone();
+        let base: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .take(40)
+            .collect();
+        let ns = format!("e2e-{}-{:04x}", base.trim_matches('-'), rand_u16());
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces
+            .create(
+                &PostParams {
+                    field_manager: Some(USER.into()),
+                    ..PostParams::default()
+                },
+                &serde_json::from_value(json!({"metadata": {"name": ns,
+                    "labels": {SCENARIO_LABEL: name}}}))?,
+            )
+            .await?;
+        let result =
+            match tokio::time::timeout(Duration::from_secs(120), body(client.clone(), ns.clone()))
+                .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(anyhow::anyhow!("the body did not finish within 120 s")),
+            };
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let _ = pods
+            .delete_collection(
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::default()
+                },
+                &ListParams::default(),
+            )
+            .await;
+        let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+        result
+    });
+    eprintln!(
+        "e2e: {name} {} in {:.1} s",
+        if outcome.is_ok() { "passed" } else { "failed" },
+        started.elapsed().as_secs_f64()
+    );
+    outcome.map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
+}
+
 /// What a scenario body works with: the install, a namespace of its own, and handles whose
 /// cleanup the runner owns.
 #[derive(Clone)]

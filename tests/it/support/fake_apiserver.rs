@@ -10,7 +10,8 @@
 //! (admissionregistration.k8s.io/v1, cluster-scoped).
 //!
 //! Fidelity, by design:
-//! - objects are raw JSON (unknown fields survive); one global resourceVersion; create sets
+//! - objects are raw JSON (unknown fields survive); one global resourceVersion; core/v1 and
+//!   events.k8s.io/v1 Events are one collection in two views ([`events`]); create sets
 //!   uid, creationTimestamp, generation (statefulsets) and the registry's initial status;
 //! - list and watch with label and field selectors, bookmarks, `timeoutSeconds`,
 //!   `sendInitialEvents`, and a 410 Gone ERROR event for a resourceVersion older than the
@@ -38,10 +39,16 @@
 //!   apiserver's for every CREATE and UPDATE, after managedFields are computed; mutating
 //!   patches are applied, denials and webhook failures (by failurePolicy) answered, warnings
 //!   sent as `Warning` headers;
-//! - `/status` subresources for statefulsets, claims and pods, isolated both ways;
+//! - `/status` subresources for statefulsets, deployments, claims and pods: a status write
+//!   changes status and metadata (not a pod's ownerReferences), never spec; a write of the
+//!   main resource leaves status alone;
 //! - the StatefulSet and PVC update validation and the defaulting our rules meet; Secrets
 //!   turn `stringData` into `data`, default to `Opaque`, keep their type, and a
 //!   `kubernetes.io/tls` Secret needs `tls.crt` and `tls.key`;
+//! - new claims get the `kubernetes.io/pvc-protection` finalizer (the
+//!   StorageObjectInUseProtection plugin), which a claim being deleted loses as soon as no
+//!   scheduled, unfinished pod uses it (the PVC protection controller; checked on the claim's
+//!   delete and on the delete of a pod using it);
 //! - delete with uid/resourceVersion preconditions and the garbage collector's orphaning;
 //!   other propagation policies are only recorded: dependents are never deleted;
 //! - `dryRun=All` validates (and admits) and answers without storing;
@@ -51,8 +58,7 @@
 //! Not modelled: authentication (impersonation headers only name the user webhooks see),
 //! namespace lifecycle (objects may be created in namespaces that do not exist; deleting a
 //! namespace deletes nothing else), pod graceful termination (pods go at once, as
-//! unscheduled pods do), the shared storage of core/v1 and events.k8s.io/v1 Events (they are
-//! two separate collections here), associative lists in managedFields and apply, quantity
+//! unscheduled pods do), associative lists in managedFields and apply, quantity
 //! canonicalisation, and the webhook configurations' defaulting and validation (they are
 //! stored as sent). Objects put with the store hooks ([`FakeApiServer::put_object`]) keep
 //! the managedFields they carry, as another controller's write would leave them.
@@ -61,6 +67,7 @@ pub mod admission;
 mod apply;
 pub mod authz;
 mod errors;
+mod events;
 mod http;
 pub mod managed_fields;
 mod pagination;
@@ -104,9 +111,14 @@ pub struct FakeApiConfig {
     /// `spec.updateStrategy.rollingUpdate.maxUnavailable` on every StatefulSet write
     /// (unless the stored object already uses it, as the registry does).
     pub drop_statefulset_max_unavailable: bool,
+    /// Act like an apiserver with the `VolumeAttributesClass` gate off (v1.32 and v1.33's
+    /// default): silently drop a claim's `spec.volumeAttributesClassName` on every write
+    /// (unless the stored claim already uses it). StatefulSet claim templates keep it.
+    pub drop_claim_volume_attributes_class: bool,
     /// How long an orphan delete keeps the object present, with `deletionTimestamp` and
     /// the `orphan` finalizer, before the dependents are orphaned and the object goes;
-    /// zero (the default) finishes the delete within the request.
+    /// zero (the default) finishes the delete within the request (the answer, as the
+    /// apiserver's, is the marked object; watches see it marked, then deleted).
     pub orphan_deletion_lag: Duration,
     /// How often watches that allow bookmarks get one.
     pub bookmark_interval: Duration,
@@ -127,6 +139,7 @@ impl Default for FakeApiConfig {
         Self {
             retroactive_default_class_allowed: true,
             drop_statefulset_max_unavailable: false,
+            drop_claim_volume_attributes_class: false,
             orphan_deletion_lag: Duration::ZERO,
             bookmark_interval: Duration::from_secs(1),
             watch_history_limit: 10_000,

@@ -206,6 +206,7 @@ impl WriteRequest<'_> {
             name: self.name.unwrap_or(""),
             target: self.target,
             writer: self.writer,
+            uid_precondition: matches!(self.body, WriteBody::Replace(_)),
         }
     }
 }

@@ -7,10 +7,11 @@
 //!   `force` on any other patch is forbidden;
 //! - the body (YAML or JSON) must name the served `apiVersion` and `kind`, and the object of
 //!   the URL; it may not carry `metadata.managedFields`;
-//! - the configuration is merged into the live object: maps merge key by key, and every
-//!   other value — lists included — is replaced whole. Real associative lists (containers,
-//!   ports, conditions) merge item by item; for the objects these tests apply, whose only
-//!   list that matters is the atomic `spec.volumeClaimTemplates`, replacing is the same;
+//! - the configuration is merged into the live object: maps merge key by key; containers,
+//!   init containers, volumes (by `name`) and ports (by `containerPort`) item by item, so
+//!   what the apiserver defaulted in an item stays (the configuration's items replace the
+//!   list, though: an item it leaves out goes, whoever owned it); every other value — lists
+//!   included — is replaced whole, as the atomic `spec.volumeClaimTemplates` is;
 //! - fields the applier applied last time and no longer applies are removed when no other
 //!   manager owns them; fields whose value the apply changes move to the applier, or, when
 //!   another manager owns one and `force` is off, nothing is written and the answer is 409
@@ -91,14 +92,34 @@ fn check_config(resource: &ResourceType, config: &Value, name: &str) -> Result<(
     Ok(())
 }
 
-/// Merges `config` into `target`: maps key by key, anything else replaced.
+/// Lists of the pod spec merged by a key (associative in the apiserver's schema), so that
+/// fields the apiserver defaulted in an item (`imagePullPolicy`, a port's `protocol`, a
+/// volume's `defaultMode`) stay when the configuration leaves them out.
+const ASSOCIATIVE: [(&str, &str); 4] = [
+    ("containers", "name"),
+    ("initContainers", "name"),
+    ("volumes", "name"),
+    ("ports", "containerPort"),
+];
+
+/// Merges `config` into `target`: maps key by key; the lists of [`ASSOCIATIVE`] item by item
+/// (the configuration's items, in its order, each merged onto the live item with its key);
+/// anything else replaced.
 pub fn merge(target: &mut Value, config: &Value) {
     match (target.as_object_mut(), config.as_object()) {
         (Some(t), Some(c)) => {
             for (key, value) in c {
-                match t.get_mut(key) {
-                    Some(existing) => merge(existing, value),
-                    None => {
+                let item_key = ASSOCIATIVE
+                    .iter()
+                    .find(|(list, _)| list == key)
+                    .map(|(_, item_key)| *item_key);
+                match (t.get_mut(key), item_key) {
+                    (Some(Value::Array(live)), Some(item_key)) if value.is_array() => {
+                        let merged = merge_by_key(live, value, item_key);
+                        *live = merged;
+                    }
+                    (Some(existing), _) => merge(existing, value),
+                    (None, _) => {
                         t.insert(key.clone(), value.clone());
                     }
                 }
@@ -108,8 +129,29 @@ pub fn merge(target: &mut Value, config: &Value) {
     }
 }
 
+fn merge_by_key(live: &[Value], config: &Value, item_key: &str) -> Vec<Value> {
+    let items = config.as_array().map(Vec::as_slice).unwrap_or_default();
+    items
+        .iter()
+        .map(|item| {
+            let key = item.get(item_key);
+            match live
+                .iter()
+                .find(|l| key.is_some() && l.get(item_key) == key)
+            {
+                Some(existing) => {
+                    let mut merged = existing.clone();
+                    merge(&mut merged, item);
+                    merged
+                }
+                None => item.clone(),
+            }
+        })
+        .collect()
+}
+
 /// The part of the configuration the write addresses (`status` is reset on the main
-/// resource of a type with a status subresource, and only `status` counts on it).
+/// resource of a type with a status subresource, and `spec` on that subresource).
 fn scoped(config: &Value, tracking: Tracking) -> Value {
     let mut out = config.clone();
     if let Some(map) = out.as_object_mut() {
@@ -118,13 +160,9 @@ fn scoped(config: &Value, tracking: Tracking) -> Value {
             Tracking::Main => {
                 map.remove("status");
             }
-            Tracking::Status => map
-                .retain(|k, _| matches!(k.as_str(), "status" | "apiVersion" | "kind" | "metadata")),
-        }
-        if tracking == Tracking::Status
-            && let Some(Value::Object(meta)) = map.get_mut("metadata")
-        {
-            meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace"));
+            Tracking::Status => {
+                map.remove("spec");
+            }
         }
     }
     out

@@ -104,26 +104,67 @@ impl ApiError {
         .with_details(json!({"name": name, "group": resource.group, "kind": resource.plural}))
     }
 
-    /// A failed delete or update precondition (`preconditions.uid`, `.resourceVersion`).
-    pub fn precondition_failed(
+    /// A delete's failed precondition (`preconditions.uid`, `.resourceVersion`), as
+    /// `rest.BeforeDelete` words it: the kind (not the resource) names the object, and
+    /// `details.kind` is the kind too.
+    pub fn delete_precondition_failed(
         resource: &ResourceType,
         name: &str,
         what: &str,
         wanted: &str,
         actual: &str,
     ) -> Self {
+        let might = if what == "UID" {
+            "deleted and then recreated"
+        } else {
+            "modified"
+        };
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the {what} in the precondition ({wanted}) \
+                 does not match the {what} in record ({actual}). The object might have been {might}",
+                resource.qualified_kind()
+            ),
+        )
+        .with_details(json!({"name": name, "group": resource.group, "kind": resource.kind}))
+    }
+
+    /// A replace whose body names another uid: the storage layer's precondition check, its
+    /// error wrapped as the apiserver does (`storeerr.InterpretUpdateError`).
+    pub fn uid_precondition_failed(
+        resource: &ResourceType,
+        namespace: &str,
+        name: &str,
+        wanted: &str,
+        actual: &str,
+    ) -> Self {
+        let key = if namespace.is_empty() {
+            format!("/registry/{}/{name}", resource.plural)
+        } else {
+            format!("/registry/{}/{namespace}/{name}", resource.plural)
+        };
         Self::conflict_because(
             resource,
             name,
             &format!(
-                "Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {actual}"
+                "StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: \
+                 Precondition failed: UID in precondition: {wanted}, UID in object meta: {actual}"
             ),
         )
     }
 
     /// A 422 listing field errors in the apiserver's `<path>: <Type>: <detail>` style.
+    /// The message lists each distinct error once (`ErrorList.ToAggregate`); the causes keep
+    /// every one.
     pub fn invalid(resource: &ResourceType, name: &str, errors: &[FieldError]) -> Self {
-        let rendered: Vec<String> = errors.iter().map(FieldError::to_string).collect();
+        let mut rendered: Vec<String> = Vec::new();
+        for text in errors.iter().map(FieldError::to_string) {
+            if !rendered.contains(&text) {
+                rendered.push(text);
+            }
+        }
         let summary = match rendered.as_slice() {
             [one] => one.clone(),
             many => format!("[{}]", many.join(", ")),

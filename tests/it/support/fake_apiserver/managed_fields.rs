@@ -19,7 +19,7 @@
 //! - [`apply`] is `FieldManager.Apply` (server-side apply): see [`super::apply`].
 //! - Not tracked, as `StripMetaManager` and the status reset strategy do: `apiVersion`,
 //!   `kind`, the server-owned `metadata` fields, `status` on the main resource of a type with
-//!   a status subresource, and everything but `status` on that subresource.
+//!   a status subresource, and `spec` on that subresource.
 //!
 //! Not modelled: the cap of ten Update managers, version conversion of field sets, and
 //! `kubectl.kubernetes.io/last-applied-configuration` upgrades.
@@ -163,6 +163,8 @@ fn as_map(v: Option<&Value>) -> Option<Option<&Map<String, Value>>> {
 }
 
 fn walk(path: &mut FieldPath, old: Option<&Value>, new: Option<&Value>, c: &mut Comparison) {
+    // A null is no value (the zero `creationTimestamp` of an embedded ObjectMeta).
+    let (old, new) = (old.filter(|v| !v.is_null()), new.filter(|v| !v.is_null()));
     let empty = |m: Option<&Map<String, Value>>| m.is_none_or(Map::is_empty);
     match (as_map(old), as_map(new)) {
         // Two maps, not both empty: descend (structured-merge-diff's emptyPromoteToLeaf
@@ -224,7 +226,7 @@ pub enum Tracking {
     Whole,
     /// The main resource of a type with a status subresource: all but `status`.
     Main,
-    /// The `status` subresource: `status` only.
+    /// The `status` subresource: all but `spec` (the status strategies reset only the spec).
     Status,
 }
 
@@ -241,7 +243,9 @@ pub fn tracked(object: &Value, tracking: Tracking) -> Value {
         Tracking::Main => {
             map.remove("status");
         }
-        Tracking::Status => map.retain(|k, _| k == "status"),
+        Tracking::Status => {
+            map.remove("spec");
+        }
     }
     if let Some(Value::Object(meta)) = map.get_mut("metadata") {
         for server_owned in [
@@ -505,7 +509,10 @@ pub fn apply(
         operation: Operation::Apply,
         api_version: writer.api_version.to_owned(),
         time: Some(writer.now.to_owned()),
-        subresource: String::new(),
+        subresource: match writer.tracking {
+            Tracking::Status => "status".to_owned(),
+            _ => String::new(),
+        },
         fields: applied.clone(),
     };
     let previous = entries

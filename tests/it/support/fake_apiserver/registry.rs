@@ -92,7 +92,8 @@ impl DeleteOptions {
 /// What a delete did.
 pub struct DeleteOutcome {
     pub object: Value,
-    /// 200 when the object is gone, 202 when it waits for finalizers.
+    /// 200, gone or waiting for finalizers alike (the apiserver answers 202 only when the
+    /// client sent `orphanDependents: false`, which nobody here does).
     pub code: u16,
     /// An orphan delete held back by `FakeApiConfig::orphan_deletion_lag`: finish it after
     /// this long with [`finish_orphan_delete`].
@@ -182,6 +183,15 @@ pub fn prepare_create(
             now: &now,
         },
     );
+    // StorageObjectInUseProtection, a built-in admission plugin: after the field manager,
+    // so the finalizer is nobody's.
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
+        let mut list = finalizers(&object);
+        if !list.iter().any(|f| f == PVC_PROTECTION_FINALIZER) {
+            list.push(PVC_PROTECTION_FINALIZER.to_owned());
+            set_meta(&mut object, "finalizers", json!(list));
+        }
+    }
     Ok(object)
 }
 
@@ -241,6 +251,8 @@ pub struct Update<'a> {
     pub name: &'a str,
     pub target: Target,
     pub writer: Writer<'a>,
+    /// A replace: the body's uid is a precondition (on a patch it is a field like any other).
+    pub uid_precondition: bool,
 }
 
 impl Update<'_> {
@@ -353,45 +365,53 @@ pub fn strategy_update(
     if meta_str(&new, "resourceVersion").is_some_and(|rv| !rv.is_empty() && rv != current_rv) {
         return Err(ApiError::conflict(resource, &name));
     }
+    // Another uid in the body: a replace's precondition (the storage layer checks it); on a
+    // patch or apply, a change of an immutable field, which the generic and the type's own
+    // update validation each report.
     let current_uid = meta_str(current, "uid").unwrap_or("");
     if let Some(uid) = meta_str(&new, "uid").filter(|uid| !uid.is_empty() && *uid != current_uid) {
-        return Err(ApiError::precondition_failed(
-            resource,
-            &name,
-            "UID",
-            uid,
-            current_uid,
-        ));
+        if request.uid_precondition {
+            return Err(ApiError::uid_precondition_failed(
+                resource,
+                &namespace,
+                &name,
+                uid,
+                current_uid,
+            ));
+        }
+        let error = FieldError::invalid("metadata.uid", uid, "field is immutable");
+        return Err(ApiError::invalid(resource, &name, &[error.clone(), error]));
     }
 
     let mut updated = match request.target {
         // A status write changes `.status` only.
+        // A status write changes `.status` and metadata: the status strategies of the types
+        // served here reset the spec only (a pod's also its ownerReferences).
         Target::Status => {
-            let mut updated = current.clone();
-            match new.get("status") {
-                Some(status) => updated["status"] = status.clone(),
-                None => {
-                    if let Some(map) = updated.as_object_mut() {
-                        map.remove("status");
+            let mut updated = new;
+            keep_server_owned_metadata(current, &mut updated);
+            if let (Some(map), Some(stored)) = (updated.as_object_mut(), current.as_object()) {
+                map.retain(|k, _| {
+                    matches!(k.as_str(), "metadata" | "status") || stored.contains_key(k)
+                });
+                for (k, v) in stored {
+                    if !matches!(k.as_str(), "metadata" | "status") {
+                        map.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            if std::ptr::eq(resource, &resources::PODS) {
+                match current.pointer("/metadata/ownerReferences") {
+                    Some(refs) => set_meta(&mut updated, "ownerReferences", refs.clone()),
+                    None => {
+                        metadata_mut(&mut updated).remove("ownerReferences");
                     }
                 }
             }
             updated
         }
         Target::Main => {
-            let meta = metadata_mut(&mut new);
-            for server_owned in [
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-            ] {
-                match current.get("metadata").and_then(|m| m.get(server_owned)) {
-                    Some(value) => meta.insert(server_owned.into(), value.clone()),
-                    None => meta.remove(server_owned),
-                };
-            }
+            keep_server_owned_metadata(current, &mut new);
             // The main resource ignores `.status` where a status subresource exists.
             if resource.status_subresource {
                 match current.get("status") {
@@ -409,6 +429,23 @@ pub fn strategy_update(
     };
     set_meta(&mut updated, "resourceVersion", json!(current_rv));
     Ok(updated)
+}
+
+/// An update never sets the server's own metadata: the stored values stand.
+fn keep_server_owned_metadata(current: &Value, new: &mut Value) {
+    let meta = metadata_mut(new);
+    for server_owned in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
+        match current.get("metadata").and_then(|m| m.get(server_owned)) {
+            Some(value) => meta.insert(server_owned.into(), value.clone()),
+            None => meta.remove(server_owned),
+        };
+    }
 }
 
 /// After mutating admission: built-in validation and generation; what validating
@@ -471,7 +508,7 @@ pub fn delete(
         .ok_or_else(|| ApiError::not_found(resource, name))?;
     let current_uid = meta_str(&current, "uid").unwrap_or("");
     if let Some(uid) = options.uid.as_deref().filter(|u| *u != current_uid) {
-        return Err(ApiError::precondition_failed(
+        return Err(ApiError::delete_precondition_failed(
             resource,
             name,
             "UID",
@@ -485,7 +522,7 @@ pub fn delete(
         .as_deref()
         .filter(|rv| *rv != current_rv)
     {
-        return Err(ApiError::precondition_failed(
+        return Err(ApiError::delete_precondition_failed(
             resource,
             name,
             "ResourceVersion",
@@ -502,10 +539,10 @@ pub fn delete(
     }
 
     let orphan = options.propagation_policy.as_deref() == Some("Orphan");
-    let lag = config.orphan_deletion_lag;
-    if orphan && !lag.is_zero() {
-        // Real orphan deletes are asynchronous: the object stays, marked, until the
-        // garbage collector has orphaned its dependents.
+    if orphan {
+        // The object is marked (deletionTimestamp, the `orphan` finalizer, a new generation)
+        // and answered so; the garbage collector then orphans its dependents and removes the
+        // finalizer, at once or after `orphan_deletion_lag`.
         let mut marked = current.clone();
         mark_deleting(&mut marked);
         let mut list = finalizers(&marked);
@@ -514,19 +551,26 @@ pub fn delete(
         }
         set_meta(&mut marked, "finalizers", json!(list));
         let object = store.commit_upsert(resource, marked);
+        let lag = config.orphan_deletion_lag;
+        if lag.is_zero() {
+            let uid = meta_str(&object, "uid").unwrap_or("").to_owned();
+            finish_orphan_delete(store, resource, namespace, name, &uid);
+        }
         return Ok(DeleteOutcome {
             object,
-            code: 202,
-            deferred: Some(lag),
+            code: 200,
+            deferred: (!lag.is_zero()).then_some(lag),
         });
-    }
-    if orphan {
-        orphan_dependents(store, &current);
     }
     if finalizers(&current).is_empty() {
         let object = store
             .commit_delete(resource, namespace, name)
             .unwrap_or(current);
+        if std::ptr::eq(resource, &resources::PODS) {
+            for claim in claims_of(&object) {
+                release_claim(store, namespace, &claim);
+            }
+        }
         return Ok(DeleteOutcome {
             object,
             code: 200,
@@ -537,18 +581,73 @@ pub fn delete(
     if is_deleting(&current) {
         return Ok(DeleteOutcome {
             object: current,
-            code: 202,
+            code: 200,
             deferred: None,
         });
     }
     let mut marked = current;
     mark_deleting(&mut marked);
     let object = store.commit_upsert(resource, marked);
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
+        release_claim(store, namespace, name);
+    }
     Ok(DeleteOutcome {
         object,
-        code: 202,
+        code: 200,
         deferred: None,
     })
+}
+
+/// The finalizer the StorageObjectInUseProtection admission plugin puts on every new claim.
+pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
+
+/// The claims a pod's volumes name.
+fn claims_of(pod: &Value) -> Vec<String> {
+    pod.pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The PVC protection controller: a claim being deleted loses its finalizer once no
+/// scheduled pod that has not finished uses it (an unscheduled pod never holds it).
+fn release_claim(store: &mut Store, namespace: &str, name: &str) {
+    let resource = &resources::PERSISTENT_VOLUME_CLAIMS;
+    let Some(claim) = store.get(resource, namespace, name).cloned() else {
+        return;
+    };
+    let list = finalizers(&claim);
+    if !is_deleting(&claim) || !list.iter().any(|f| f == PVC_PROTECTION_FINALIZER) {
+        return;
+    }
+    let in_use = store.list(&resources::PODS, Some(namespace)).any(|pod| {
+        let scheduled = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        let finished = matches!(
+            pod.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        );
+        scheduled && !finished && claims_of(pod).iter().any(|c| c == name)
+    });
+    if in_use {
+        return;
+    }
+    let remaining: Vec<String> = list
+        .into_iter()
+        .filter(|f| f != PVC_PROTECTION_FINALIZER)
+        .collect();
+    if remaining.is_empty() {
+        store.commit_delete(resource, namespace, name);
+    } else {
+        let mut updated = claim;
+        set_meta(&mut updated, "finalizers", json!(remaining));
+        store.commit_upsert(resource, updated);
+    }
 }
 
 /// Completes a lagged orphan delete, as the garbage collector would: strips the owner's
@@ -631,11 +730,20 @@ pub fn resource_of(object: &Value) -> Option<&'static ResourceType> {
     ResourceType::for_object_type(api_version, kind)
 }
 
+/// Sets deletionTimestamp (once), and bumps a generation the object has, as the registry
+/// does when it first marks an object for deletion.
 fn mark_deleting(object: &mut Value) {
     let meta = metadata_mut(object);
     if !meta.contains_key("deletionTimestamp") {
         meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
         meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+        if let Some(generation) = meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .filter(|g| *g > 0)
+        {
+            meta.insert("generation".into(), json!(generation + 1));
+        }
     }
 }
 
@@ -727,7 +835,8 @@ pub fn apply_defaults(
 /// Drops fields behind disabled feature gates (kept if already in use), as the registry's
 /// PrepareForCreate/PrepareForUpdate does: after mutating admission, and after the field
 /// manager recorded who set them (a v1.32 apiserver with `MaxUnavailableStatefulSet` off
-/// keeps `f:maxUnavailable` in managedFields while it drops the field).
+/// keeps `f:maxUnavailable` in managedFields while it drops the field; the same for a claim's
+/// `volumeAttributesClassName` with `VolumeAttributesClass` off).
 pub fn drop_disabled_fields(
     config: &FakeApiConfig,
     resource: &ResourceType,
@@ -739,6 +848,12 @@ pub fn drop_disabled_fields(
         && !old.is_some_and(validation::uses_max_unavailable)
     {
         validation::drop_max_unavailable(object);
+    }
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
+        && config.drop_claim_volume_attributes_class
+        && !old.is_some_and(validation::uses_volume_attributes_class)
+    {
+        validation::drop_volume_attributes_class(object);
     }
 }
 

@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, watch};
 
-use super::resources::ResourceType;
+use super::events;
+use super::resources::{self, ResourceType};
 
 /// What happened to an object, as a watch reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,9 +158,14 @@ impl Store {
             .map(|((_, ns, name), v)| (ns.as_str(), name.as_str(), v))
     }
 
-    /// All objects of every type, for the garbage collector's dependents scan.
+    /// All objects of every type, for the garbage collector's dependents scan (an Event once,
+    /// in its core/v1 view).
     pub fn all(&self) -> impl Iterator<Item = &Value> {
-        self.objects.values()
+        let mirror = resources::EVENTS.qualified_resource();
+        self.objects
+            .iter()
+            .filter(move |((r, _, _), _)| *r != mirror)
+            .map(|(_, v)| v)
     }
 
     /// A fresh UID in the RFC 4122 text form; unique per server, and stable per run order.
@@ -193,8 +199,26 @@ impl Store {
 
     /// Stores an object (create or replace), bumping the revision and notifying watches.
     /// The object must carry `metadata.namespace` (if namespaced) and `metadata.name`.
-    pub fn commit_upsert(&mut self, resource: &'static ResourceType, mut object: Value) -> Value {
+    ///
+    /// An Event is one object in two versions: both views are stored and announced at one
+    /// resourceVersion, and the view of `resource` is returned.
+    pub fn commit_upsert(&mut self, resource: &'static ResourceType, object: Value) -> Value {
         self.revision += 1;
+        if events::is_event(resource) {
+            let (core, v1) = events::views(resource, &object);
+            let core = self.put(&resources::CORE_EVENTS, core);
+            let v1 = self.put(&resources::EVENTS, v1);
+            return if std::ptr::eq(resource, &resources::EVENTS) {
+                v1
+            } else {
+                core
+            };
+        }
+        self.put(resource, object)
+    }
+
+    /// Stores one object at the current revision and announces it.
+    fn put(&mut self, resource: &'static ResourceType, mut object: Value) -> Value {
         set_meta(
             &mut object,
             "resourceVersion",
@@ -227,8 +251,34 @@ impl Store {
         namespace: &str,
         name: &str,
     ) -> Option<Value> {
-        let mut object = self.objects.remove(&key(resource, namespace, name))?;
+        if events::is_event(resource) {
+            let twin = if std::ptr::eq(resource, &resources::EVENTS) {
+                &resources::CORE_EVENTS
+            } else {
+                &resources::EVENTS
+            };
+            if !self.objects.contains_key(&key(resource, namespace, name)) {
+                return None;
+            }
+            self.revision += 1;
+            self.remove(twin, namespace, name);
+            return self.remove(resource, namespace, name);
+        }
+        if !self.objects.contains_key(&key(resource, namespace, name)) {
+            return None;
+        }
         self.revision += 1;
+        self.remove(resource, namespace, name)
+    }
+
+    /// Removes one object at the current revision and announces it.
+    fn remove(
+        &mut self,
+        resource: &'static ResourceType,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Value> {
+        let mut object = self.objects.remove(&key(resource, namespace, name))?;
         let previous = object.clone();
         set_meta(
             &mut object,

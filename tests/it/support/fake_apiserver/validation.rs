@@ -67,11 +67,25 @@ pub fn default_statefulset(object: &mut Value) {
             rolling.entry("partition").or_insert(json!(0));
         }
     }
+    if let Some(template) = spec.get_mut("template").and_then(Value::as_object_mut) {
+        // The zero creationTimestamp of an embedded ObjectMeta prints as null.
+        let meta = template.entry("metadata").or_insert(json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.entry("creationTimestamp").or_insert(Value::Null);
+        }
+        if let Some(pod) = template.get_mut("spec").and_then(Value::as_object_mut) {
+            default_pod_spec(pod);
+        }
+    }
     if let Some(templates) = spec
         .get_mut("volumeClaimTemplates")
         .and_then(Value::as_array_mut)
     {
         for template in templates.iter_mut().filter_map(Value::as_object_mut) {
+            let meta = template.entry("metadata").or_insert(json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.entry("creationTimestamp").or_insert(Value::Null);
+            }
             template.entry("apiVersion").or_insert(json!("v1"));
             template
                 .entry("kind")
@@ -83,6 +97,92 @@ pub fn default_statefulset(object: &mut Value) {
                 .entry("status")
                 .or_insert(json!({"phase": "Pending"}));
         }
+    }
+}
+
+/// `SetDefaults_PodSpec` and what it reaches (containers, probes, ports, volumes), as a
+/// StatefulSet's pod template gets them.
+pub fn default_pod_spec(pod: &mut serde_json::Map<String, Value>) {
+    pod.entry("restartPolicy").or_insert(json!("Always"));
+    pod.entry("terminationGracePeriodSeconds")
+        .or_insert(json!(30));
+    pod.entry("dnsPolicy").or_insert(json!("ClusterFirst"));
+    pod.entry("securityContext").or_insert(json!({}));
+    pod.entry("schedulerName")
+        .or_insert(json!("default-scheduler"));
+    for list in ["initContainers", "containers"] {
+        let Some(containers) = pod.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for container in containers.iter_mut().filter_map(Value::as_object_mut) {
+            default_container(container);
+        }
+    }
+    if let Some(volumes) = pod.get_mut("volumes").and_then(Value::as_array_mut) {
+        for volume in volumes.iter_mut().filter_map(Value::as_object_mut) {
+            for source in ["configMap", "secret", "downwardAPI", "projected"] {
+                if let Some(source) = volume.get_mut(source).and_then(Value::as_object_mut) {
+                    source.entry("defaultMode").or_insert(json!(420));
+                }
+            }
+        }
+    }
+}
+
+/// `SetDefaults_Container` with its ports and probes.
+fn default_container(container: &mut serde_json::Map<String, Value>) {
+    let policy = image_pull_policy(container.get("image").and_then(Value::as_str).unwrap_or(""));
+    container.entry("resources").or_insert(json!({}));
+    container
+        .entry("terminationMessagePath")
+        .or_insert(json!("/dev/termination-log"));
+    container
+        .entry("terminationMessagePolicy")
+        .or_insert(json!("File"));
+    container.entry("imagePullPolicy").or_insert(json!(policy));
+    if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+            port.entry("protocol").or_insert(json!("TCP"));
+        }
+    }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        let Some(probe) = container.get_mut(probe).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        probe.entry("timeoutSeconds").or_insert(json!(1));
+        probe.entry("periodSeconds").or_insert(json!(10));
+        probe.entry("successThreshold").or_insert(json!(1));
+        probe.entry("failureThreshold").or_insert(json!(3));
+        if let Some(get) = probe.get_mut("httpGet").and_then(Value::as_object_mut) {
+            get.entry("scheme").or_insert(json!("HTTP"));
+        }
+    }
+}
+
+/// `Always` for an image without a tag or tagged `latest`, else `IfNotPresent`.
+fn image_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, tag)) if tag != "latest" => "IfNotPresent",
+        _ => "Always",
+    }
+}
+
+/// Whether a claim uses `volumeAttributesClassName` (the registry keeps it then even with
+/// the VolumeAttributesClass gate off).
+pub fn uses_volume_attributes_class(object: &Value) -> bool {
+    object
+        .pointer("/spec/volumeAttributesClassName")
+        .is_some_and(|v| !v.is_null())
+}
+
+/// Drops `volumeAttributesClassName`, as the registry does with VolumeAttributesClass off.
+pub fn drop_volume_attributes_class(object: &mut Value) {
+    if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("volumeAttributesClassName");
     }
 }
 

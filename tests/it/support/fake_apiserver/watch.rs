@@ -223,6 +223,10 @@ impl WatchTask {
     }
 
     async fn forward(&mut self, change: &StoreChange) -> Result<(), Closed> {
+        // Another type's change (also the other view of an Event, at the same revision).
+        if !std::ptr::eq(change.resource, self.request.resource) {
+            return Ok(());
+        }
         if change.resource_version <= self.last_sent {
             return Ok(());
         }
