@@ -759,6 +759,51 @@ async fn a_set_deleted_by_its_user_before_our_delete_is_not_recreated() {
     controller.stop().await;
 }
 
+/// A namespace deleted while its set is being converged takes the set with it: the journal
+/// goes too (nothing can be created there again) and the set is not re-created.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_namespace_deleted_mid_convergence_ends_it_without_a_recreate() {
+    let api = FakeApiServer::start().await;
+    api.put_object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}));
+    api.put_object(class("fast", true));
+    install(&api, set("web", 1, "fast", Some("2Gi"), &[]), 1, "fast");
+    api.fail_next("DELETE", "/statefulsets/web", 500, 10_000);
+    let controller = RunningController::start(&api, fast("a", features(true)));
+    assert!(
+        eventually(Duration::from_secs(10), || journal_step(&api).as_deref()
+            == Some("deleting"))
+        .await
+    );
+    // The namespace controller at work: the namespace terminating, its set deleted.
+    api.put_object(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": NS, "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["kubernetes"]},
+        "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Terminating"}}));
+    // Once the view has it, the controller waits for the set to go instead of deleting it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    api.remove::<StatefulSet>(NS, "web");
+    api.clear_faults();
+    assert!(
+        eventually(Duration::from_secs(10), || api
+            .get::<ConfigMap>(CONTROLLER_NAMESPACE, JOURNAL)
+            .is_none())
+        .await,
+        "the journal goes with its namespace"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        api.get::<StatefulSet>(NS, "web").is_none(),
+        "not re-created"
+    );
+    assert!(
+        controller
+            .metrics()
+            .contains("statefulset_converge_steps_total{step=\"namespace-gone\"} 1"),
+        "{}",
+        controller.metrics()
+    );
+    controller.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_orphan_delete_that_takes_time_is_waited_for() {
     let api = FakeApiServer::start().await;

@@ -30,7 +30,7 @@ use super::context::{Ctx, Error};
 use super::executor::{Ran, code};
 use super::snapshot::SetSnapshot;
 use crate::names;
-use plan::{Plan, Poll, State, Then};
+use plan::{Plan, Poll, Presence, State, Then};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StepLabels {
@@ -131,6 +131,10 @@ impl Convergence {
                 live: live.as_ref(),
                 journal: journal.as_ref(),
                 enabled: ctx.config.features.converge,
+                namespace_is: match ctx.view.namespace(namespace) {
+                    Some(ns) if ns.metadata.deletion_timestamp.is_some() => Presence::Terminating,
+                    _ => Presence::Active,
+                },
             };
             let (actions, steps, then) = match plan::plan(&state) {
                 Plan::Wait(None) => return Ok(None),

@@ -11,10 +11,11 @@
 //! | mark deleting | patch the journal's step (its resourceVersion) → if done, orphan-delete the set (uid and resourceVersion preconditions) → `ConvergeDeleted`; if the set was gone already (404: the user deleted it), drop the journal → `ConvergeAbandoned` |
 //! | delete | the orphan delete, and the same drop on 404 |
 //! | recheck | the set moved under the journal: refresh the journal (status only changed), or drop it → `ConvergeAbandoned` |
-//! | create | create the journaled set (409: someone else did) → `ConvergeRecreated` |
+//! | create | create the journaled set (409: someone else did) → `ConvergeRecreated`; its namespace gone (404): delete the journal |
 //! | restore | give the journaled managers their fields back (the created set's resourceVersion) |
 //! | drop | delete the journal (its uid) → `ConvergeFinished` or `ConvergeAbandoned`; stop |
 //! | stuck, invalid templates | one Warning each, once; stop |
+//! | the namespace is being deleted | start nothing; once the set is gone or going, delete the journal; stop |
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::events::EventType;
@@ -39,6 +40,18 @@ pub(crate) struct State<'a> {
     pub journal: Option<&'a ConfigMap>,
     /// `--converge`: start new convergences (one under way is finished either way).
     pub enabled: bool,
+    /// The set's namespace, as the view holds it.
+    pub namespace_is: Presence,
+}
+
+/// Whether the set's namespace can hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    /// Active, or not known otherwise (a namespace gone for good shows when the create is
+    /// answered 404).
+    Active,
+    /// Being deleted: nothing can be created in it, and what it holds is being deleted.
+    Terminating,
 }
 
 /// The next step of a convergence.
@@ -175,6 +188,21 @@ pub(crate) fn plan(state: &State<'_>) -> Plan {
         steps,
         then,
     };
+    // A namespace being deleted takes the set with it, and nothing can be created there
+    // again: no convergence starts, and one under way ends with the journal dropped (no
+    // Event: the namespace takes none) once the set is gone or going.
+    if state.namespace_is == Presence::Terminating {
+        let set_stays = live.as_ref().is_some_and(|l| !l.deleting);
+        return match state.journal {
+            Some(_) if set_stays => Plan::Wait(Some(Poll)),
+            Some(cm) => act(
+                vec![Action::Write(drop_journal(cm))],
+                vec![(0, "namespace-gone")],
+                Then::Stop,
+            ),
+            None => Plan::Wait(None),
+        };
+    }
     match journal::next(live.as_ref(), journal.as_ref(), state.enabled) {
         Step::Nothing => Plan::Wait(None),
         Step::WaitGone => Plan::Wait(Some(Poll)),
@@ -338,25 +366,31 @@ pub(crate) fn plan(state: &State<'_>) -> Plan {
             if let Err(e) = serde_json::from_value::<kube::api::DynamicObject>(j.object.clone()) {
                 return Plan::Invalid(format!("journaled object is not a StatefulSet: {e}"));
             }
+            let mut actions = vec![Action::Write(
+                Write::new(
+                    Verb::CreateStatefulSet,
+                    Target::new(Kind::StatefulSet, namespace, name),
+                    Request::Create(j.object),
+                    format!("create StatefulSet {namespace}/{name} with its desired volume claim templates from journal {in_controller_ns}"),
+                )
+                .about(about.clone())
+                .expected(&[404, 409])
+                // About the set created: the executor names it by the uid it got.
+                .on_done(Report::normal(
+                    set_reference(namespace, name, None),
+                    "ConvergeRecreated",
+                    "Converge",
+                    "re-created with the desired volume claim templates".to_owned(),
+                )),
+            )];
+            // 404: the namespace is gone (deleted with everything in it): nothing to create
+            // the set in, ever; the journal goes.
+            if let Some(cm) = state.journal {
+                actions.push(Action::Write(drop_journal(cm).after(After::Gone)));
+            }
             act(
-                vec![Action::Write(
-                    Write::new(
-                        Verb::CreateStatefulSet,
-                        Target::new(Kind::StatefulSet, namespace, name),
-                        Request::Create(j.object),
-                        format!("create StatefulSet {namespace}/{name} with its desired volume claim templates from journal {in_controller_ns}"),
-                    )
-                    .about(about.clone())
-                    .expected(&[409])
-                    // About the set created: the executor names it by the uid it got.
-                    .on_done(Report::normal(
-                        set_reference(namespace, name, None),
-                        "ConvergeRecreated",
-                        "Converge",
-                        "re-created with the desired volume claim templates".to_owned(),
-                    )),
-                )],
-                vec![(0, "created")],
+                actions,
+                vec![(0, "created"), (1, "namespace-gone")],
                 Then::ReadAgain,
             )
         }

@@ -70,6 +70,7 @@ fn state<'a>(live: Option<&'a Value>, journal: Option<&'a ConfigMap>) -> State<'
         live,
         journal,
         enabled: true,
+        namespace_is: Presence::Active,
     }
 }
 
@@ -214,12 +215,13 @@ fn every_state_plans_its_step_completely() {
             vec!["Wait(Some(Poll))"],
         ),
         (
-            "crash after the delete: create from the journal",
+            "crash after the delete: create from the journal; its namespace gone, drop the journal",
             None,
             Some(&marked),
             vec![
-                "CreateStatefulSet set/web after=Anything expected=[409] done->[ConvergeRecreated]",
-                "steps [(0, \"created\")] then ReadAgain",
+                "CreateStatefulSet set/web after=Anything expected=[404, 409] done->[ConvergeRecreated]",
+                "EndConvergence journal/sa-journal.db.web after=Gone uid=j1 rv=- orphan=false expected=[404, 409] done->[]",
+                "steps [(0, \"created\"), (1, \"namespace-gone\")] then ReadAgain",
             ],
         ),
         (
@@ -340,6 +342,42 @@ fn the_journal_holds_the_object_to_create_and_the_ownership_to_restore() {
     };
     assert_eq!(create.on_done[0].regarding.uid, None);
     assert_eq!(create.on_done[0].regarding.name.as_deref(), Some("web"));
+}
+
+#[test]
+fn in_a_namespace_being_deleted_nothing_starts_and_a_journal_goes_with_its_set() {
+    let live = live_set();
+    let mut going = live_set();
+    going["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:01:00Z");
+    let marked = journal_of(&live, JournalStep::Deleting);
+    let in_ns = |presence, live, journal| State {
+        namespace_is: presence,
+        ..state(live, journal)
+    };
+    {
+        let presence = Presence::Terminating;
+        assert_eq!(
+            plan(&in_ns(presence, Some(&live), None)),
+            Plan::Wait(None),
+            "{presence:?}"
+        );
+        assert_eq!(
+            plan(&in_ns(presence, Some(&live), Some(&marked))),
+            Plan::Wait(Some(Poll)),
+            "the namespace controller deletes the set first"
+        );
+        for set in [None, Some(&going)] {
+            assert_eq!(
+                describe(&plan(&in_ns(presence, set, Some(&marked)))),
+                [
+                    "EndConvergence journal/sa-journal.db.web after=Anything uid=j1 rv=- orphan=false expected=[404, 409] done->[]",
+                    "steps [(0, \"namespace-gone\")] then Stop",
+                ],
+                "{presence:?}, set {:?}",
+                set.is_some()
+            );
+        }
+    }
 }
 
 #[test]
