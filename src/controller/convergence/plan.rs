@@ -46,7 +46,7 @@ pub(crate) struct State<'a> {
 
 /// Whether the set's namespace can hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Presence {
+pub(crate) enum Presence {
     /// Active, or not known otherwise (a namespace gone for good shows when the create is
     /// answered 404).
     Active,
