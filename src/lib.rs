@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod connect;
 pub mod controller;
 pub mod field_manager;
+pub mod health;
 pub mod names;
 pub mod quantity;
 pub mod review;

@@ -172,7 +172,8 @@ async fn run_serve(
         if let Some(controller) = controller {
             // The controller probes the maxUnavailable gate; the webhook reads the same cell.
             let gate = GateCell::default();
-            let controller = Controller::new(controller, server.registry(), gate.clone());
+            let controller = Controller::new(controller, server.registry(), gate.clone())
+                .with_health(server.health());
             server = server.with_max_unavailable_gate(gate);
             let stop = tokio_util::sync::CancellationToken::new();
             let task = tokio::spawn(controller.run(client, view, stop.clone()));

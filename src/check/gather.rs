@@ -136,6 +136,9 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
     };
     let answers = access_reviews(config, &user, &features.needs(release), &release.namespace).await;
     checks.extend(gate_check);
+    checks.extend(judge::replicas(
+        &replica_readiness(&client, release, &features).await,
+    ));
     checks.push(judge::permissions(&user, &answers));
     checks.push(judge::version(&version, &features));
     Report { checks }
@@ -365,10 +368,21 @@ async fn deployment_features(client: &kube::Client, release: &Release) -> Featur
         .await
         .ok()
         .flatten();
-    let Some(pod) = deployment.and_then(|d| d.spec.template.spec) else {
+    let Some(spec) = deployment.map(|d| d.spec) else {
+        return Features::default();
+    };
+    let deployment_selector = spec.selector.match_labels.clone();
+    let Some(pod) = spec.template.spec else {
         return Features::default();
     };
     let service_account = pod.service_account_name.clone().filter(|n| !n.is_empty());
+    let selector = deployment_selector.map(|labels| {
+        labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    });
     let args: Vec<String> = pod
         .containers
         .into_iter()
@@ -376,8 +390,52 @@ async fn deployment_features(client: &kube::Client, release: &Release) -> Featur
         .collect();
     Features {
         service_account,
+        selector,
         ..Features::from_args(&args)
     }
+}
+
+/// Each running replica's `/readyz?verbose`, through the apiserver's pod proxy.
+async fn replica_readiness(
+    client: &kube::Client,
+    release: &Release,
+    features: &Features,
+) -> Vec<(String, Result<String, String>)> {
+    let Some(selector) = &features.selector else {
+        return Vec::new();
+    };
+    let pods = match Api::<k8s_openapi::api::core::v1::Pod>::namespaced(
+        client.clone(),
+        &release.namespace,
+    )
+    .list(&ListParams::default().labels(selector))
+    .await
+    {
+        Ok(pods) => pods.items,
+        Err(_) => return Vec::new(),
+    };
+    let mut answers = Vec::new();
+    for pod in pods {
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let Some(name) = pod.metadata.name.filter(|_| running) else {
+            continue;
+        };
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{name}:{}/proxy/readyz?verbose",
+            release.namespace, features.probe_port
+        );
+        let answer = match http::Request::get(path).body(Vec::new()) {
+            Ok(request) => match client.request_text(request).await {
+                Ok(text) => Ok(text),
+                // A replica not ready answers 503 with the same lines.
+                Err(kube::Error::Api(status)) if status.code == 503 => Ok(status.message),
+                Err(error) => Err(error.to_string()),
+            },
+            Err(error) => Err(error.to_string()),
+        };
+        answers.push((name, answer));
+    }
+    answers
 }
 
 /// One SelfSubjectAccessReview per need, asked as `user` by impersonation.

@@ -612,6 +612,62 @@ pub(crate) fn max_unavailable_gate(lease: Option<&Value>) -> Option<Check> {
     })
 }
 
+/// What each running replica's `/readyz?verbose` says (asked through the apiserver's pod
+/// proxy): which part is waiting for what. `None` when no replica runs to ask (the other
+/// checks say why).
+pub(crate) fn replicas(answers: &[(String, Result<String, String>)]) -> Option<Check> {
+    let name = "replicas";
+    if answers.is_empty() {
+        return None;
+    }
+    let hint = format!("see {}", runbook("troubleshooting-by-symptom"));
+    let mut unanswered = Vec::new();
+    let mut waiting = Vec::new();
+    let mut roles = Vec::new();
+    for (pod, answer) in answers {
+        match answer {
+            Err(why) => unanswered.push(format!("{pod}: {why}")),
+            Ok(text) => {
+                let not_ok: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.starts_with("[-]") || l.starts_with("[!]"))
+                    .collect();
+                if !not_ok.is_empty() {
+                    waiting.push(format!("{pod}: {}", not_ok.join("; ")));
+                }
+                let role = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("[+]controller "))
+                    .map(|r| {
+                        r.split(':')
+                            .next()
+                            .unwrap_or(r)
+                            .split(' ')
+                            .next()
+                            .unwrap_or(r)
+                    });
+                roles.push(format!("{pod} {}", role.unwrap_or("webhook only")));
+            }
+        }
+    }
+    if !unanswered.is_empty() && waiting.is_empty() && roles.is_empty() {
+        return Some(Check::warning(
+            name,
+            format!(
+                "no replica could be asked for its /readyz: {}",
+                unanswered.join("; ")
+            ),
+            "allow get on pods/proxy in the release namespace to see each replica's state",
+        ));
+    }
+    if waiting.is_empty() && unanswered.is_empty() {
+        return Some(Check::ok(name, format!("ready: {}", roles.join(", "))));
+    }
+    let mut parts = waiting;
+    parts.extend(unanswered);
+    Some(Check::warning(name, parts.join(" | "), hint))
+}
+
 /// One access the ServiceAccount needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Access {
@@ -647,6 +703,9 @@ pub(crate) struct Features {
     /// The pods' ServiceAccount (chart value `serviceAccount.name`), where the Deployment
     /// names one.
     pub service_account: Option<String>,
+    /// The port of `/readyz` (`--probe-addr`), and the Deployment's pod selector.
+    pub probe_port: u16,
+    pub selector: Option<String>,
 }
 
 impl Default for Features {
@@ -664,6 +723,8 @@ impl Default for Features {
             mutating_webhook: None,
             validating_webhook: None,
             service_account: None,
+            probe_port: 8080,
+            selector: None,
         }
     }
 }
@@ -695,6 +756,10 @@ impl Features {
             mutating_webhook: value("mutating-webhook-configuration"),
             validating_webhook: value("validating-webhook-configuration"),
             service_account: None,
+            probe_port: value("probe-addr")
+                .and_then(|a| a.rsplit(':').next().and_then(|p| p.parse().ok()))
+                .unwrap_or(8080),
+            selector: None,
         }
     }
 
@@ -948,6 +1013,37 @@ mod tests {
 
     fn lease_status(lease_json: Option<&Value>, now: jiff::Timestamp) -> &'static str {
         lease(lease_json, "l", now).status.as_str()
+    }
+
+    #[test]
+    fn each_replica_says_which_part_waits_for_what() {
+        let leading = "[+]tls ok\n[+]webhook ok: storageclasses, namespaces, statefulsets listed\n[+]controller leading (Lease l), mode enforce\n[+]max-unavailable-gate disabled: x\nreadyz check passed\n";
+        let waiting = "[+]tls ok\n[-]webhook-claims listing persistentvolumeclaims: x\n[-]controller waiting for persistentvolumeclaims to list before campaigning for the Lease\nreadyz check passed\n";
+        assert_eq!(replicas(&[]), None, "no replica runs: nothing to ask");
+        let ok = replicas(&[("sa-1".into(), Ok(leading.into()))]).expect("a line");
+        assert_eq!(
+            (ok.status, ok.message.as_str()),
+            (Status::Ok, "ready: sa-1 leading")
+        );
+        let slow = replicas(&[
+            ("sa-1".into(), Ok(leading.into())),
+            ("sa-2".into(), Ok(waiting.into())),
+        ])
+        .expect("a line");
+        assert_eq!(slow.status, Status::Warning);
+        assert!(
+            slow.message
+                .starts_with("sa-2: [-]webhook-claims listing persistentvolumeclaims")
+                && slow
+                    .message
+                    .contains("[-]controller waiting for persistentvolumeclaims"),
+            "{}",
+            slow.message
+        );
+        let refused =
+            replicas(&[("sa-1".into(), Err("pods \"sa-1\" is forbidden".into()))]).expect("a line");
+        assert_eq!(refused.status, Status::Warning);
+        assert!(refused.hint.contains("pods/proxy"), "{}", refused.hint);
     }
 
     #[test]

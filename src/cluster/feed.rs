@@ -17,6 +17,88 @@ pub enum Kind {
     Journal,
 }
 
+impl Kind {
+    pub const ALL: [Self; 6] = [
+        Self::StorageClass,
+        Self::Namespace,
+        Self::StatefulSet,
+        Self::Claim,
+        Self::Pod,
+        Self::Journal,
+    ];
+
+    /// The kinds the webhook's rules read for their verdicts and patches (claims feed only a
+    /// warning, which says when it could not look).
+    pub const WEBHOOK: [Self; 3] = [Self::StorageClass, Self::Namespace, Self::StatefulSet];
+
+    /// The resource's plural name, as `/readyz` and logs say it.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Self::StorageClass => "storageclasses",
+            Self::Namespace => "namespaces",
+            Self::StatefulSet => "statefulsets",
+            Self::Claim => "persistentvolumeclaims",
+            Self::Pod => "pods",
+            Self::Journal => "journals",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// A set of kinds, as a bit mask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Kinds(u8);
+
+impl Kinds {
+    pub fn of(kinds: &[Kind]) -> Self {
+        Self(kinds.iter().fold(0, |m, k| m | k.bit()))
+    }
+
+    pub fn contains(self, kind: Kind) -> bool {
+        self.0 & kind.bit() != 0
+    }
+
+    /// Whether every kind of `other` is in this set.
+    pub fn covers(self, other: Kinds) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub fn with(self, kind: Kind) -> Self {
+        Self(self.0 | kind.bit())
+    }
+
+    /// The kinds of this set, in [`Kind::ALL`]'s order.
+    pub fn list(self) -> Vec<Kind> {
+        Kind::ALL
+            .into_iter()
+            .filter(|k| self.contains(*k))
+            .collect()
+    }
+}
+
+/// Which kinds have taken in their first complete list: written by the watches, read by the
+/// view. Once synced a kind stays so (a relist replaces its content in place).
+#[derive(Clone)]
+pub(crate) struct SyncSender(Arc<tokio::sync::watch::Sender<Kinds>>);
+
+impl SyncSender {
+    pub(crate) fn new() -> (Self, tokio::sync::watch::Receiver<Kinds>) {
+        let (tx, rx) = tokio::sync::watch::channel(Kinds::default());
+        (Self(Arc::new(tx)), rx)
+    }
+
+    pub(crate) fn synced(&self, kind: Kind) {
+        self.0.send_if_modified(|kinds| {
+            let was = *kinds;
+            *kinds = kinds.with(kind);
+            *kinds != was
+        });
+    }
+}
+
 /// What changed in the view. A deletion names what the deleted object named (its owner),
 /// since the object is no longer in the view to be asked.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,15 +16,13 @@ pub mod watch;
 
 use std::sync::Arc;
 
-use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 
-pub use feed::{Change, Kind};
+pub use feed::{Change, Kind, Kinds};
 use lite::{ClaimLite, JournalLite, PodLite, SetLite, Watched};
 use store::{Compact, CompactWriter};
 
@@ -40,7 +38,9 @@ pub struct ClusterView {
     /// Present when the controller's kinds are watched.
     controller: Option<ControllerKinds>,
     feed: feed::Feed,
-    synced: Synced,
+    /// The kinds this view watches, and those that have taken in their first list.
+    watched: Kinds,
+    synced: tokio::sync::watch::Receiver<Kinds>,
 }
 
 /// Pods of StatefulSets, and the journals in the controller's namespace.
@@ -51,12 +51,6 @@ struct ControllerKinds {
     journal_namespace: Arc<str>,
 }
 
-/// Every store's first complete list, awaited by one future that all waiters share.
-/// kube-runtime's `Store::wait_until_ready` keeps the waker of the last task that polled it
-/// only, so of two tasks waiting on one store (readiness and the controller), one was never
-/// woken and the webhook never became ready.
-type Synced = Shared<BoxFuture<'static, Result<(), NotSynced>>>;
-
 /// The write side of a [`ClusterView`], owned by whichever source fills it: one writer per
 /// kind, each applying its watch's events and publishing them to the view's feed.
 pub struct ClusterWriters {
@@ -66,6 +60,7 @@ pub struct ClusterWriters {
     claims: CompactWriter<ClaimLite>,
     controller: Option<ControllerWriters>,
     feed: feed::Feed,
+    sync: feed::SyncSender,
     view: ClusterView,
 }
 
@@ -96,33 +91,19 @@ impl ClusterWriters {
             journals: CompactWriter::default(),
         });
         let feed = feed::Feed::default();
-        let (classes_read, namespaces_read, sets_read, claims_read) = (
-            storage_classes.as_reader(),
-            namespaces.as_reader(),
-            stateful_sets.as_reader(),
-            claims.as_reader(),
-        );
+        let (sync, synced) = feed::SyncSender::new();
         let controller_read = controller
             .as_ref()
             .map(|c| (c.pods.as_reader(), c.journals.as_reader()));
-        let waited = controller_read.clone();
-        let synced = async move {
-            let dropped = |_| NotSynced;
-            classes_read.wait_until_ready().await.map_err(dropped)?;
-            namespaces_read.wait_until_ready().await.map_err(dropped)?;
-            sets_read.wait_until_ready().await.map_err(|_| NotSynced)?;
-            claims_read
-                .wait_until_ready()
-                .await
-                .map_err(|_| NotSynced)?;
-            if let Some((pods, journals)) = waited {
-                pods.wait_until_ready().await.map_err(|_| NotSynced)?;
-                journals.wait_until_ready().await.map_err(|_| NotSynced)?;
-            }
-            Ok(())
+        let mut watched = Kinds::of(&[
+            Kind::StorageClass,
+            Kind::Namespace,
+            Kind::StatefulSet,
+            Kind::Claim,
+        ]);
+        if controller_read.is_some() {
+            watched = watched.with(Kind::Pod).with(Kind::Journal);
         }
-        .boxed()
-        .shared();
         let view = ClusterView {
             storage_classes: storage_classes.as_reader(),
             namespaces: namespaces.as_reader(),
@@ -136,6 +117,7 @@ impl ClusterWriters {
                 },
             ),
             feed: feed.clone(),
+            watched,
             synced,
         };
         Self {
@@ -145,6 +127,7 @@ impl ClusterWriters {
             claims,
             controller,
             feed,
+            sync,
             view,
         }
     }
@@ -155,29 +138,29 @@ impl ClusterWriters {
 
     /// Applies one event of a StorageClass watch, then publishes it.
     pub fn apply_storage_class(&mut self, event: watcher::Event<StorageClass>) {
-        apply(&mut self.storage_classes, &self.feed, event);
+        apply(&mut self.storage_classes, &self.feed, &self.sync, event);
     }
 
     /// Applies one event of a Namespace watch, then publishes it.
     pub fn apply_namespace(&mut self, event: watcher::Event<Namespace>) {
-        apply(&mut self.namespaces, &self.feed, event);
+        apply(&mut self.namespaces, &self.feed, &self.sync, event);
     }
 
     /// Applies one event of a StatefulSet watch, then publishes it.
     pub fn apply_stateful_set(&mut self, event: watcher::Event<SetLite>) {
-        apply(&mut self.stateful_sets, &self.feed, event);
+        apply(&mut self.stateful_sets, &self.feed, &self.sync, event);
     }
 
     /// Applies one event of a claim watch, then publishes it.
     pub fn apply_claim(&mut self, event: watcher::Event<ClaimLite>) {
-        apply(&mut self.claims, &self.feed, event);
+        apply(&mut self.claims, &self.feed, &self.sync, event);
     }
 
     /// Applies one event of a pod watch, then publishes it (ignored without the
     /// controller's kinds).
     pub fn apply_pod(&mut self, event: watcher::Event<PodLite>) {
         if let Some(c) = &mut self.controller {
-            apply(&mut c.pods, &self.feed, event);
+            apply(&mut c.pods, &self.feed, &self.sync, event);
         }
     }
 
@@ -185,28 +168,35 @@ impl ClusterWriters {
     /// controller's kinds).
     pub fn apply_journal(&mut self, event: watcher::Event<JournalLite>) {
         if let Some(c) = &mut self.controller {
-            apply(&mut c.journals, &self.feed, event);
+            apply(&mut c.journals, &self.feed, &self.sync, event);
         }
     }
 
     /// Replaces the whole content of the webhook's kinds with `objects` and marks them
     /// synced (the controller's kinds, if any, are left as they are).
     pub fn replace_all(&mut self, objects: ClusterObjects) {
-        fn load<K: Watched>(sink: &mut impl Sink<K>, feed: &feed::Feed, items: Vec<K>) {
-            apply(sink, feed, watcher::Event::Init);
+        fn load<K: Watched>(
+            sink: &mut impl Sink<K>,
+            feed: &feed::Feed,
+            sync: &feed::SyncSender,
+            items: Vec<K>,
+        ) {
+            apply(sink, feed, sync, watcher::Event::Init);
             for item in items {
-                apply(sink, feed, watcher::Event::InitApply(item));
+                apply(sink, feed, sync, watcher::Event::InitApply(item));
             }
-            apply(sink, feed, watcher::Event::InitDone);
+            apply(sink, feed, sync, watcher::Event::InitDone);
         }
+        let (feed, sync) = (&self.feed, &self.sync);
         load(
             &mut self.storage_classes,
-            &self.feed,
+            feed,
+            sync,
             objects.storage_classes,
         );
-        load(&mut self.namespaces, &self.feed, objects.namespaces);
-        load(&mut self.stateful_sets, &self.feed, objects.stateful_sets);
-        load(&mut self.claims, &self.feed, objects.claims);
+        load(&mut self.namespaces, feed, sync, objects.namespaces);
+        load(&mut self.stateful_sets, feed, sync, objects.stateful_sets);
+        load(&mut self.claims, feed, sync, objects.claims);
     }
 }
 
@@ -235,7 +225,12 @@ impl<L: lite::Lite> Sink<L> for CompactWriter<L> {
 
 /// Trims the event's object, applies the event to its store, then publishes the change: in
 /// this order, so that a subscriber never reads a view older than the change it was told.
-fn apply<K: Watched>(sink: &mut impl Sink<K>, feed: &feed::Feed, mut event: watcher::Event<K>) {
+fn apply<K: Watched>(
+    sink: &mut impl Sink<K>,
+    feed: &feed::Feed,
+    sync: &feed::SyncSender,
+    mut event: watcher::Event<K>,
+) {
     if let watcher::Event::Apply(object)
     | watcher::Event::InitApply(object)
     | watcher::Event::Delete(object) = &mut event
@@ -247,7 +242,10 @@ fn apply<K: Watched>(sink: &mut impl Sink<K>, feed: &feed::Feed, mut event: watc
         watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
             feed.publish(|| object.change());
         }
-        watcher::Event::InitDone => feed.publish(|| Change::Relisted(K::KIND)),
+        watcher::Event::InitDone => {
+            sync.synced(K::KIND);
+            feed.publish(|| Change::Relisted(K::KIND));
+        }
         watcher::Event::Init | watcher::Event::InitApply(_) => {}
     }
 }
@@ -381,10 +379,59 @@ impl ClusterView {
         self.feed.subscribe()
     }
 
-    /// Resolves once every store has seen its initial list; an error when a store's writer
-    /// went away first.
+    /// Resolves once every store has seen its initial list; an error when the writers went
+    /// away first.
     pub async fn wait_synced(&self) -> Result<(), NotSynced> {
-        self.synced.clone().await
+        self.wait_kinds(self.watched).await
+    }
+
+    /// Resolves once every kind of `kinds` this view watches has seen its initial list.
+    pub async fn wait_kinds(&self, kinds: Kinds) -> Result<(), NotSynced> {
+        let want = Kinds::of(
+            &kinds
+                .list()
+                .into_iter()
+                .filter(|k| self.watched.contains(*k))
+                .collect::<Vec<_>>(),
+        );
+        let mut synced = self.synced.clone();
+        synced
+            .wait_for(|have| have.covers(want))
+            .await
+            .map(|_| ())
+            .map_err(|_| NotSynced)
+    }
+
+    /// The kinds that have seen their initial list.
+    pub fn synced_kinds(&self) -> Kinds {
+        *self.synced.borrow()
+    }
+
+    /// Resolves when the synced kinds are no longer `since` (another kind has listed), or
+    /// with an error when the writers are gone.
+    pub async fn sync_progressed(&self, since: Kinds) -> Result<(), NotSynced> {
+        let mut synced = self.synced.clone();
+        synced
+            .wait_for(|now| *now != since)
+            .await
+            .map(|_| ())
+            .map_err(|_| NotSynced)
+    }
+
+    /// Whether `kind` has seen its initial list (true for a kind this view does not watch:
+    /// nothing to wait for).
+    pub fn is_synced(&self, kind: Kind) -> bool {
+        !self.watched.contains(kind) || self.synced.borrow().contains(kind)
+    }
+
+    /// Each kind this view watches, and whether it has seen its initial list.
+    pub fn sync_status(&self) -> Vec<(Kind, bool)> {
+        let have = *self.synced.borrow();
+        self.watched
+            .list()
+            .into_iter()
+            .map(|k| (k, have.contains(k)))
+            .collect()
     }
 
     /// Bytes of compact JSON held for a kind (for measurements); 0 for the kinds held typed
@@ -442,6 +489,48 @@ mod tests {
             let synced = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await;
             assert!(matches!(synced, Ok(Ok(true))), "a waiter was never woken");
         }
+    }
+
+    #[tokio::test]
+    async fn each_kind_syncs_on_its_own_and_a_view_whose_writers_went_never_does() {
+        let mut writers = ClusterWriters::with_controller("sa");
+        let view = writers.view();
+        assert!(!view.is_synced(Kind::StatefulSet));
+        writers.apply_storage_class(watcher::Event::Init);
+        writers.apply_storage_class(watcher::Event::InitDone);
+        writers.apply_namespace(watcher::Event::Init);
+        writers.apply_namespace(watcher::Event::InitDone);
+        let webhook = tokio::spawn({
+            let view = view.clone();
+            async move { view.wait_kinds(Kinds::of(&Kind::WEBHOOK)).await.is_ok() }
+        });
+        tokio::task::yield_now().await;
+        assert!(!webhook.is_finished(), "sets not listed yet");
+        writers.apply_stateful_set(watcher::Event::Init);
+        writers.apply_stateful_set(watcher::Event::InitDone);
+        assert!(webhook.await.expect("joined"));
+        assert!(view.is_synced(Kind::StatefulSet) && !view.is_synced(Kind::Claim));
+        assert_eq!(
+            view.sync_status()
+                .into_iter()
+                .filter(|(_, synced)| !synced)
+                .map(|(k, _)| k.plural())
+                .collect::<Vec<_>>(),
+            ["persistentvolumeclaims", "pods", "journals"]
+        );
+        let all = tokio::time::timeout(std::time::Duration::from_millis(50), view.wait_synced());
+        assert!(
+            all.await.is_err(),
+            "claims, pods and journals still listing"
+        );
+        drop(writers);
+        assert!(
+            view.wait_synced().await.is_err(),
+            "never, once the writers are gone"
+        );
+        // A kind the view does not watch is not waited for.
+        let webhook_only = ClusterWriters::new().view();
+        assert!(webhook_only.is_synced(Kind::Pod));
     }
 
     #[test]

@@ -47,7 +47,6 @@ impl Shared {
 /// The read side, handing out `T`; cheap to clone.
 pub(crate) struct Compact<T> {
     shared: Arc<Shared>,
-    ready: tokio::sync::watch::Receiver<bool>,
     full: PhantomData<fn() -> T>,
 }
 
@@ -55,7 +54,6 @@ impl<T> Clone for Compact<T> {
     fn clone(&self) -> Self {
         Self {
             shared: self.shared.clone(),
-            ready: self.ready.clone(),
             full: PhantomData,
         }
     }
@@ -64,23 +62,15 @@ impl<T> Clone for Compact<T> {
 /// The write side of one kind, owned by whichever source fills the view.
 pub(crate) struct CompactWriter<L> {
     shared: Arc<Shared>,
-    ready: tokio::sync::watch::Sender<bool>,
     /// The generation of the list in progress, or of the last one.
     mark: u32,
     lite: PhantomData<fn(L)>,
 }
 
-/// The writer went away before the store saw a complete list.
-#[derive(Debug, thiserror::Error)]
-#[error("a store of the cluster view was dropped before it was filled")]
-pub(crate) struct WriterDropped;
-
 impl<L: Lite> Default for CompactWriter<L> {
     fn default() -> Self {
-        let (ready, _) = tokio::sync::watch::channel(false);
         Self {
             shared: Arc::default(),
-            ready,
             mark: 0,
             lite: PhantomData,
         }
@@ -91,7 +81,6 @@ impl<L: Lite> CompactWriter<L> {
     pub(crate) fn as_reader(&self) -> Compact<L::Full> {
         Compact {
             shared: self.shared.clone(),
-            ready: self.ready.subscribe(),
             full: PhantomData,
         }
     }
@@ -112,7 +101,6 @@ impl<L: Lite> CompactWriter<L> {
                     !in_namespace.is_empty()
                 });
                 drop(objects);
-                self.ready.send_replace(true);
             }
             watcher::Event::Delete(object) => {
                 let meta = object.meta();
@@ -242,16 +230,6 @@ impl<T: DeserializeOwned> Compact<T> {
             .flat_map(HashMap::values)
             .map(|entry| entry.json.len())
             .sum()
-    }
-
-    /// Resolves once the store has seen a complete list.
-    pub(crate) async fn wait_until_ready(&self) -> Result<(), WriterDropped> {
-        let mut ready = self.ready.clone();
-        ready
-            .wait_for(|ready| *ready)
-            .await
-            .map(|_| ())
-            .map_err(|_| WriterDropped)
     }
 }
 
@@ -386,25 +364,5 @@ mod tests {
         let mut names = store.names_in("team");
         names.sort();
         assert_eq!(names, ["b"]);
-    }
-
-    #[tokio::test]
-    async fn ready_after_the_first_complete_list_and_an_error_when_the_writer_goes() {
-        let mut writer = CompactWriter::<ClaimLite>::default();
-        let store = writer.as_reader();
-        let waiting = tokio::spawn({
-            let store = store.clone();
-            async move { store.wait_until_ready().await.is_ok() }
-        });
-        writer.apply(&watcher::Event::Init);
-        tokio::task::yield_now().await;
-        assert!(!waiting.is_finished());
-        writer.apply(&watcher::Event::InitDone);
-        assert!(waiting.await.expect("joined"));
-
-        let never = CompactWriter::<ClaimLite>::default();
-        let store = never.as_reader();
-        drop(never);
-        assert!(store.wait_until_ready().await.is_err());
     }
 }

@@ -18,8 +18,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
+use super::feed::{Feed, SyncSender};
 use super::lite::{ClaimLite, JournalLite, PodLite, SetLite, Watched};
-use super::{ClusterView, ClusterWriters, Sink, apply, feed::Feed};
+use super::{ClusterView, ClusterWriters, Sink, apply};
 use crate::names;
 
 /// Objects per page of an initial list (the apiserver's own default chunk for kubectl and
@@ -45,13 +46,26 @@ pub fn from_cluster(
         claims,
         controller,
         feed,
+        sync,
         ..
     } = writers;
     let mut watches = vec![
-        run::<StorageClass>(Api::all(client.clone()), config(), storage_classes, &feed),
-        run::<Namespace>(Api::all(client.clone()), config(), namespaces, &feed),
-        run::<SetLite>(Api::all(client.clone()), config(), stateful_sets, &feed),
-        run::<ClaimLite>(Api::all(client.clone()), config(), claims, &feed),
+        run::<StorageClass>(
+            Api::all(client.clone()),
+            config(),
+            storage_classes,
+            &feed,
+            &sync,
+        ),
+        run::<Namespace>(Api::all(client.clone()), config(), namespaces, &feed, &sync),
+        run::<SetLite>(
+            Api::all(client.clone()),
+            config(),
+            stateful_sets,
+            &feed,
+            &sync,
+        ),
+        run::<ClaimLite>(Api::all(client.clone()), config(), claims, &feed, &sync),
     ];
     if let (Some(writers), Some(namespace)) = (controller, controller_namespace) {
         watches.push(run::<PodLite>(
@@ -59,12 +73,14 @@ pub fn from_cluster(
             config().labels(names::POD_NAME_LABEL),
             writers.pods,
             &feed,
+            &sync,
         ));
         watches.push(run::<JournalLite>(
             Api::namespaced(client, namespace),
             config().labels(names::JOURNAL_LABEL),
             writers.journals,
             &feed,
+            &sync,
         ));
     }
     let driver = futures::future::join_all(watches).map(|_| ()).boxed();
@@ -81,15 +97,16 @@ fn run<K: Watched>(
     config: watcher::Config,
     mut sink: impl Sink<K> + Send + 'static,
     feed: &Feed,
+    sync: &SyncSender,
 ) -> BoxFuture<'static, ()> {
-    let feed = feed.clone();
+    let (feed, sync) = (feed.clone(), sync.clone());
     async move {
         let kind = K::kind(&()).into_owned();
         let stream = watcher(api, config).default_backoff();
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(event) => apply(&mut sink, &feed, event),
+                Ok(event) => apply(&mut sink, &feed, &sync, event),
                 // The watcher retries with backoff; the store keeps serving the last state.
                 Err(error) => tracing::warn!(%kind, %error, "watch error"),
             }

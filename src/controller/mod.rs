@@ -26,7 +26,8 @@ use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::ClusterView;
+use crate::cluster::{ClusterView, Kind, Kinds};
+use crate::health::{self, Health};
 use claim_rollout::ClaimRollout;
 use conditions::Conditions;
 pub use context::{Ctx, Error};
@@ -111,6 +112,7 @@ pub struct Controller {
     features: SetFeatures,
     default_class: Option<Arc<RetroactiveDefaultClass>>,
     gate: GateCell,
+    health: Arc<Health>,
 }
 
 impl Controller {
@@ -148,7 +150,17 @@ impl Controller {
             features,
             default_class,
             gate,
+            health: Arc::default(),
         }
+    }
+
+    /// Where the controller says what it is doing and waiting for (`/readyz?verbose`).
+    pub fn with_health(mut self, health: Arc<Health>) -> Self {
+        if let Some(feature) = &self.features.max_unavailable {
+            feature.report_to(health.clone());
+        }
+        self.health = health;
+        self
     }
 
     /// Campaigns for the Lease and runs the features while leading, until `stop`; then
@@ -164,6 +176,37 @@ impl Controller {
             );
             return;
         }
+        // A replica leads only with a complete view: a takeover never plans from a half-filled
+        // one (a missing pod would look like an unavailable one).
+        loop {
+            let since = view.synced_kinds();
+            let waiting: Vec<&str> = view
+                .sync_status()
+                .into_iter()
+                .filter(|(_, synced)| !synced)
+                .map(|(k, _)| k.plural())
+                .collect();
+            if waiting.is_empty() {
+                break;
+            }
+            self.health.set(
+                HEALTH,
+                health::State::Waiting,
+                format!(
+                    "waiting for {} to list before campaigning for the Lease",
+                    waiting.join(", ")
+                ),
+            );
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                progressed = view.sync_progressed(since) => if progressed.is_err() { return },
+            }
+        }
+        self.health.set(
+            HEALTH,
+            health::State::Ok,
+            format!("standby: campaigning for Lease {}", self.config.lease_name),
+        );
         let leases: Api<Lease> = Api::namespaced(client.clone(), &self.config.namespace);
         let mut elector = leader::Elector::new(
             leases,
@@ -221,6 +264,19 @@ impl Controller {
     /// leader does not keep reporting it beside the new one.
     fn leading(&self, leading: bool) {
         self.metrics.set_leader(leading);
+        self.health.set(
+            HEALTH,
+            health::State::Ok,
+            if leading {
+                format!(
+                    "leading (Lease {}), mode {}",
+                    self.config.lease_name,
+                    self.config.mode.as_str()
+                )
+            } else {
+                format!("standby: campaigning for Lease {}", self.config.lease_name)
+            },
+        );
         if let Some(convergence) = &self.features.convergence
             && !leading
         {
@@ -231,6 +287,9 @@ impl Controller {
         }
     }
 }
+
+/// The controller's line on the health board.
+const HEALTH: &str = "controller";
 
 /// The gate as the Lease tells it: `enabled`, `disabled`, or `unknown` with why.
 fn gate_text(gate: &max_unavailable::GateCell) -> String {
@@ -258,24 +317,43 @@ async fn run_features(
     metrics: Arc<ControllerMetrics>,
     stop: CancellationToken,
 ) {
-    // Acting on a half-synced view could mistake a missing pod for an unavailable one.
-    tokio::select! {
-        _ = stop.cancelled() => return,
-        synced = ctx.view.wait_synced() => if synced.is_err() { return },
-    }
     tracing::info!(features = ?ctx.config.features, mode = ctx.config.mode.as_str(), "controller running");
+    // Each part starts once the kinds it reads have listed (the Lease is taken with a whole
+    // view, so this waits only where a relist is under way).
+    let synced = |kinds: &[Kind]| {
+        let (view, stop) = (ctx.view.clone(), stop.clone());
+        let kinds = Kinds::of(kinds);
+        async move {
+            tokio::select! {
+                _ = stop.cancelled() => false,
+                synced = view.wait_kinds(kinds) => synced.is_ok(),
+            }
+        }
+    };
     let sets = async {
-        if set_features.any() {
+        // Every kind a set's features read (the journals' own loop waits for journals).
+        let kinds = [
+            Kind::StatefulSet,
+            Kind::Namespace,
+            Kind::StorageClass,
+            Kind::Claim,
+            Kind::Pod,
+        ];
+        if set_features.any() && synced(&kinds).await {
             sets::run(ctx.clone(), set_features.clone(), metrics, stop.clone()).await;
         }
     };
     let journals = async {
-        if let Some(convergence) = &set_features.convergence {
+        if let Some(convergence) = &set_features.convergence
+            && synced(&[Kind::Journal, Kind::StatefulSet, Kind::Namespace]).await
+        {
             convergence.run_journals(ctx.clone(), stop.clone()).await;
         }
     };
     let classes = async {
-        if let Some(default_class) = &default_class {
+        if let Some(default_class) = &default_class
+            && synced(&[Kind::Claim, Kind::StorageClass, Kind::Namespace]).await
+        {
             default_class.run(ctx.clone(), stop.clone()).await;
         }
     };

@@ -20,7 +20,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{GateCell, Policy};
-use crate::cluster::ClusterView;
+use crate::cluster::{ClusterView, Kind, Kinds};
+use crate::health::Health;
 pub use listener::ListenerLimits;
 
 /// Where the serving certificate comes from.
@@ -69,6 +70,8 @@ pub struct Server {
     registry: Registry,
     max_unavailable_gate: GateCell,
     companion: Option<Companion>,
+    /// What the other parts of the process say of themselves, for `/readyz?verbose`.
+    health: Arc<Health>,
 }
 
 impl Server {
@@ -80,7 +83,13 @@ impl Server {
             registry: Registry::with_prefix("stateful_admission"),
             max_unavailable_gate: GateCell::default(),
             companion: None,
+            health: Arc::default(),
         }
+    }
+
+    /// The board the controller (and whatever else runs beside) writes its state on.
+    pub fn health(&self) -> Arc<Health> {
+        self.health.clone()
     }
 
     /// The registry `/metrics` serves, for what else runs in the process to register in.
@@ -111,18 +120,25 @@ impl Server {
             mut registry,
             max_unavailable_gate,
             companion,
+            health,
         } = self;
         let readiness = Arc::new(probes::Readiness::default());
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
         let stop_accepting = CancellationToken::new();
         let stop_background = CancellationToken::new();
 
+        // Ready once what the webhook's verdicts read has listed; the rest (claims, and the
+        // controller's pods and journals) is logged when it has.
         let synced_view = view.clone();
         let synced = readiness.clone();
         tokio::spawn(async move {
+            let webhook = Kinds::of(&Kind::WEBHOOK);
+            if synced_view.wait_kinds(webhook).await.is_ok() {
+                tracing::info!(counts = ?synced_view.counts(), "webhook view synced: ready");
+                synced.set_synced();
+            }
             if synced_view.wait_synced().await.is_ok() {
                 tracing::info!(counts = ?synced_view.counts(), "cluster view synced");
-                synced.set_synced();
             }
         });
         let cert_metrics = match &config.tls {
@@ -170,7 +186,7 @@ impl Server {
             .await
             .with_context(|| format!("cannot bind the probe address {}", config.probe_addr))?;
         let probe_addr = probe_listener.local_addr()?;
-        let probe_app = probes::router(readiness.clone(), registry.clone());
+        let probe_app = probes::router(readiness.clone(), registry.clone(), view.clone(), health);
         let probe_stop = stop_background.clone();
         let probe_server = tokio::spawn(async move {
             axum::serve(probe_listener, probe_app)

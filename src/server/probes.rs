@@ -4,14 +4,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
-/// Ready means: the TLS listener is bound, the cluster view has synced, and we are not
-/// shutting down.
+use crate::cluster::{ClusterView, Kind};
+use crate::health::Health;
+
+/// Ready means: the TLS listener is bound, the kinds the webhook's verdicts read
+/// (StorageClasses, Namespaces, StatefulSets) have listed, and we are not shutting down.
 #[derive(Debug, Default)]
 pub(crate) struct Readiness {
     tls_bound: AtomicBool,
@@ -39,9 +42,16 @@ impl Readiness {
 struct ProbeState {
     readiness: Arc<Readiness>,
     registry: Arc<Registry>,
+    view: ClusterView,
+    health: Arc<Health>,
 }
 
-pub(crate) fn router(readiness: Arc<Readiness>, registry: Arc<Registry>) -> Router {
+pub(crate) fn router(
+    readiness: Arc<Readiness>,
+    registry: Arc<Registry>,
+    view: ClusterView,
+    health: Arc<Health>,
+) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -49,15 +59,93 @@ pub(crate) fn router(readiness: Arc<Readiness>, registry: Arc<Registry>) -> Rout
         .with_state(Arc::new(ProbeState {
             readiness,
             registry,
+            view,
+            health,
         }))
 }
 
-async fn readyz(State(state): State<Arc<ProbeState>>) -> impl IntoResponse {
-    if state.readiness.is_ready() {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+#[derive(serde::Deserialize)]
+struct ReadyzQuery {
+    verbose: Option<String>,
+}
+
+/// `/readyz`: 200 `ok` when ready, else 503. With `?verbose` (and always when not ready) one
+/// line per part, kube-apiserver's way (`[+]name ok`, `[-]name ...`), then the verdict:
+/// which part is waiting for what. Only the webhook's parts decide readiness.
+async fn readyz(
+    State(state): State<Arc<ProbeState>>,
+    Query(query): Query<ReadyzQuery>,
+) -> impl IntoResponse {
+    let ready = state.readiness.is_ready();
+    if ready && query.verbose.is_none() {
+        return (StatusCode::OK, "ok".to_owned());
     }
+    let mut lines = Vec::new();
+    let r = &state.readiness;
+    lines.push(if r.tls_bound.load(Ordering::SeqCst) {
+        "[+]tls ok".to_owned()
+    } else {
+        "[-]tls: the webhook listener is not bound yet".to_owned()
+    });
+    if r.draining.load(Ordering::SeqCst) {
+        lines.push("[-]shutdown: draining, no new requests".to_owned());
+    }
+    lines.extend(view_lines(&state.view.sync_status()));
+    for part in state.health.parts() {
+        lines.push(format!(
+            "{}{} {}",
+            part.state.marker(),
+            part.name,
+            part.detail
+        ));
+    }
+    let code = if ready {
+        lines.push("readyz check passed".to_owned());
+        StatusCode::OK
+    } else {
+        lines.push("readyz check failed".to_owned());
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, lines.join("\n") + "\n")
+}
+
+/// What the view has listed, by who reads it: the webhook's kinds decide readiness; claims
+/// feed only a warning; pods and journals are the controller's.
+pub(crate) fn view_lines(status: &[(Kind, bool)]) -> Vec<String> {
+    let names = |want: bool, of: &[Kind]| {
+        status
+            .iter()
+            .filter(|(k, synced)| *synced == want && of.contains(k))
+            .map(|(k, _)| k.plural())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut lines = Vec::new();
+    for (part, kinds, why) in [
+        (
+            "webhook",
+            &Kind::WEBHOOK[..],
+            "its verdicts and patches read them",
+        ),
+        (
+            "webhook-claims",
+            &[Kind::Claim][..],
+            "the existing-claims warning on StatefulSet CREATE says it could not check them meanwhile",
+        ),
+        (
+            "controller-view",
+            &[Kind::Pod, Kind::Journal][..],
+            "the controller takes the Lease once the whole view has listed",
+        ),
+    ] {
+        let (done, waiting) = (names(true, kinds), names(false, kinds));
+        if !waiting.is_empty() {
+            lines.push(format!("[-]{part} listing {waiting}: {why}"));
+        } else if !done.is_empty() {
+            lines.push(format!("[+]{part} ok: {done} listed"));
+        }
+    }
+    lines
 }
 
 async fn metrics(State(state): State<Arc<ProbeState>>) -> impl IntoResponse {

@@ -62,29 +62,44 @@ async fn one_replica_leads_and_hands_over_on_release_and_on_crash() {
     c.stop().await;
 }
 
-/// A stop that comes before the view has its first list of StatefulSets (SIGTERM right after
-/// start) ends the controller, which is waiting for the view, and releases the Lease.
+/// A replica takes the Lease only once its view is complete, so that a takeover never plans
+/// from a half-filled view; a stop that comes before (SIGTERM right after start) ends it.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stop_before_the_view_has_listed_ends_the_controller() {
+async fn a_replica_takes_the_lease_only_once_its_view_has_listed() {
     let api = FakeApiServer::start().await;
-    const SET_LIST: &str = "/apis/apps/v1/statefulsets?&limit";
-    let view_list = api.hold_next("GET", SET_LIST, 1);
-    let features = Features {
-        claim_rollout: true,
-        ..no_features()
-    };
-    let controller = RunningController::start(&api, config("replica-a", features));
-    view_list
-        .arrived(1, Duration::from_secs(15))
-        .await
-        .expect("the view lists StatefulSets");
-    assert!(
-        eventually(Duration::from_secs(15), || controller.is_leader()).await,
-        "leads while the view is not synced"
-    );
-    // Stops within 10 s, releasing the Lease, while the list is still unanswered.
-    controller.stop().await;
-    assert_eq!(holder(&api), None, "the lease is released");
+    const POD_LIST: &str = "/api/v1/pods?&labelSelector";
+    for stop_first in [true, false] {
+        let pod_list = api.hold_next("GET", POD_LIST, 1);
+        let features = Features {
+            claim_rollout: true,
+            ..no_features()
+        };
+        let controller = RunningController::start(&api, config("replica-a", features));
+        pod_list
+            .arrived(1, Duration::from_secs(15))
+            .await
+            .expect("the view lists pods");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!controller.is_leader(), "leads with its pods not listed");
+        assert!(
+            api.requests().iter().all(|r| !r.path.contains("/leases")),
+            "campaigned with its pods not listed"
+        );
+        if stop_first {
+            // Stops within 10 s, while the list is still unanswered, holding nothing.
+            controller.stop().await;
+            assert_eq!(holder(&api), None, "never took the Lease");
+            drop(pod_list);
+            continue;
+        }
+        pod_list.release();
+        assert!(
+            eventually(Duration::from_secs(15), || controller.is_leader()).await,
+            "leads once the view is complete"
+        );
+        controller.stop().await;
+        assert_eq!(holder(&api), None, "the lease is released");
+    }
 }
 
 /// Every feature reads the shared view, so a view that does not watch the controller's pods

@@ -319,3 +319,150 @@ fn serve_refuses_a_write_limit_that_is_not_positive() {
         assert!(stderr.contains("--kube-api-"), "{args:?}: {stderr}");
     }
 }
+
+/// Readiness follows what the webhook reads: with the claim and pod lists slow (held here),
+/// `serve` is ready as soon as classes, namespaces and sets are in, answers a template edit
+/// correctly, says in `/readyz?verbose` what is still listing, and its controller neither
+/// campaigns nor acts until the whole view is in.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_is_ready_and_answers_before_the_claims_and_pods_have_listed() {
+    let api = FakeApiServer::start().await;
+    let template = |size: &str| {
+        json!({"metadata": {"name": "data"},
+               "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "standard",
+                        "resources": {"requests": {"storage": size}}}})
+    };
+    let set = |size: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": 1, "serviceName": "web",
+                     "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "app", "image": "app:1"}]}},
+                     "volumeClaimTemplates": [template(size)]}})
+    };
+    api.put_object(
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "standard"}, "provisioner": "x", "allowVolumeExpansion": true}),
+    );
+    api.put_object(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+    );
+    let stored = api.put_object(set("1Gi"));
+    let claims = api.hold_next("GET", "/api/v1/persistentvolumeclaims?", 1);
+    let pods = api.hold_next("GET", "/api/v1/pods?", 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("kubeconfig");
+    std::fs::write(&config, kubeconfig(&api)).expect("kubeconfig");
+    let certs = dir.path().join("certs");
+    let mut served = Served::start_with_env(
+        &[
+            "--self-signed",
+            "--self-signed-dir",
+            certs.to_str().expect("path"),
+            "--controller-namespace",
+            "stateful-admission",
+            "--controller-identity",
+            "replica-0",
+        ],
+        &[("KUBECONFIG", config.to_str().expect("path"))],
+    );
+    claims
+        .arrived(1, Duration::from_secs(30))
+        .await
+        .expect("the claim list is asked for");
+    pods.arrived(1, Duration::from_secs(30))
+        .await
+        .expect("the pod list is asked for");
+    let ready_url = served.probe_url("/readyz");
+    let mut ready = false;
+    for _ in 0..300 {
+        if reqwest::get(&ready_url)
+            .await
+            .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        ready,
+        "ready with claims and pods still listing; server log:\n{}",
+        served.logs().join("\n")
+    );
+    let verbose = reqwest::get(format!("{ready_url}?verbose"))
+        .await
+        .expect("readyz")
+        .text()
+        .await
+        .expect("text");
+    for line in [
+        "[+]webhook ok: storageclasses, namespaces, statefulsets listed",
+        "[-]webhook-claims listing persistentvolumeclaims",
+        "[-]controller-view listing pods",
+        "[-]controller waiting for persistentvolumeclaims, pods to list before campaigning for the Lease",
+        "readyz check passed",
+    ] {
+        assert!(verbose.contains(line), "{line:?} in:\n{verbose}");
+    }
+
+    // A template edit is answered as with the whole view: recorded, the old templates kept.
+    let client = reqwest::Client::builder()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(&std::fs::read(certs.join("ca.crt")).expect("ca"))
+                .expect("pem"),
+        )
+        .build()
+        .expect("client");
+    let mut old = stored.clone();
+    old["metadata"]["managedFields"] = serde_json::Value::Null;
+    let mut edited = old.clone();
+    edited["spec"]["volumeClaimTemplates"][0] = template("2Gi");
+    let review = ReviewBuilder::statefulset("UPDATE")
+        .object(edited)
+        .old_object(old)
+        .into_json();
+    let body: serde_json::Value = client
+        .post(served.url("/mutate"))
+        .json(&review)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let patch = crate::common::patch_of(&body["response"]).to_string();
+    assert!(
+        patch.contains("desired-volume-claim-templates") && patch.contains("2Gi"),
+        "the change is recorded: {patch}"
+    );
+    // The controller has not acted: not even campaigned (no Lease written).
+    assert!(
+        api.writes().is_empty(),
+        "wrote before its view was complete: {:?}",
+        api.writes()
+            .iter()
+            .map(|w| format!("{} {}", w.method, w.path))
+            .collect::<Vec<_>>()
+    );
+
+    // The lists come in: the controller campaigns and leads.
+    claims.release();
+    pods.release();
+    let holder = || {
+        api.get::<Lease>("stateful-admission", "stateful-admission-controller")
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || holder().as_deref()
+            == Some("replica-0"))
+        .await,
+        "leads once the view is complete; server log:\n{}",
+        served.logs().join("\n")
+    );
+    served.terminate();
+    let _ = served.wait_exit(Duration::from_secs(15));
+}

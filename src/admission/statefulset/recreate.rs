@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::templates::template_name;
 use crate::admission::set_claims::claim_name;
 use crate::admission::warning::{self, Warning};
-use crate::cluster::ClusterView;
+use crate::cluster::{ClusterView, Kind};
 
 /// Warnings beyond this many are summed up in one line; a set of 500 replicas must not
 /// produce 500 warnings.
@@ -30,6 +30,16 @@ pub(crate) fn existing_claim_warnings(
 ) -> Vec<String> {
     if templates.is_empty() {
         return Vec::new();
+    }
+    // Until the claim list is in, say so rather than say nothing (the verdict does not read
+    // claims: readiness does not wait for them).
+    if !view.is_synced(Kind::Claim) {
+        return Warning::new(format!(
+            "existing PersistentVolumeClaims of StatefulSet {} were not checked against its templates",
+            warning::cut(set)
+        ))
+        .fact("the webhook is still loading the cluster's claims")
+        .build();
     }
     let mut claims: Vec<(u32, String, std::sync::Arc<PersistentVolumeClaim>)> = Vec::new();
     let names: Vec<&str> = templates.iter().map(template_name).collect();
@@ -187,6 +197,26 @@ mod tests {
 
     fn template(name: &str, spec: Value) -> Value {
         json!({"metadata": {"name": name}, "spec": spec})
+    }
+
+    #[tokio::test]
+    async fn claims_not_listed_yet_are_said_not_checked() {
+        let mut writers = crate::cluster::ClusterWriters::new();
+        let view = writers.view();
+        writers.apply_stateful_set(kube::runtime::watcher::Event::Init);
+        writers.apply_stateful_set(kube::runtime::watcher::Event::InitDone);
+        let template = serde_json::json!({"metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"]}});
+        let warnings = existing_claim_warnings(&view, "db", "web", std::slice::from_ref(&template));
+        assert_eq!(
+            warnings,
+            [
+                "existing PersistentVolumeClaims of StatefulSet web were not checked against its templates: the webhook is still loading the cluster's claims"
+            ]
+        );
+        writers.apply_claim(kube::runtime::watcher::Event::Init);
+        writers.apply_claim(kube::runtime::watcher::Event::InitDone);
+        assert!(existing_claim_warnings(&view, "db", "web", &[template]).is_empty());
     }
 
     #[test]

@@ -86,6 +86,8 @@ pub struct MaxUnavailable {
     /// that it was learned.
     deferred: Mutex<HashSet<(String, String)>>,
     gate_learned: tokio::sync::Notify,
+    /// Where the gate is said for `/readyz?verbose`, once wired.
+    health: std::sync::OnceLock<std::sync::Arc<crate::health::Health>>,
 }
 
 impl MaxUnavailable {
@@ -103,6 +105,7 @@ impl MaxUnavailable {
             evidence: GateCell::default(),
             deferred: Mutex::new(HashSet::new()),
             gate_learned: tokio::sync::Notify::new(),
+            health: std::sync::OnceLock::new(),
         };
         metrics.gate_enabled.set(metrics.gate.get().metric_value());
         registry.register(
@@ -161,12 +164,44 @@ impl MaxUnavailable {
         if previous != status {
             self.gate_learned.notify_one();
         }
+        self.report();
         previous
     }
 
     /// A probe failed: while the state is unknown, this is why.
     pub fn probe_failed(&self, error: &str) {
         self.gate.unknown_because(error);
+        self.report();
+    }
+
+    /// Says the gate on `health` from now on (`/readyz?verbose`).
+    pub fn report_to(&self, health: std::sync::Arc<crate::health::Health>) {
+        if self.health.set(health).is_ok() {
+            self.report();
+        }
+    }
+
+    fn report(&self) {
+        use crate::health::State;
+        let Some(health) = self.health.get() else {
+            return;
+        };
+        let (state, detail) = match (self.gate.get(), self.gate.why_unknown()) {
+            (GateStatus::Enabled, _) => (
+                State::Ok,
+                "enabled: the apiserver keeps maxUnavailable; the StatefulSet controller honours it".to_owned(),
+            ),
+            (GateStatus::Disabled, _) => (
+                State::Ok,
+                "disabled: the apiserver drops maxUnavailable; the controller drives budgets".to_owned(),
+            ),
+            (GateStatus::Unknown, Some(why)) => (
+                State::Warning,
+                format!("unknown: the probe failed ({why}); budgets are driven only where a set shows the gate"),
+            ),
+            (GateStatus::Unknown, None) => (State::Warning, "unknown: not probed yet".to_owned()),
+        };
+        health.set("max-unavailable-gate", state, detail);
     }
 
     /// The gate as this process knows it, else as the stored sets show it: the evidence of
