@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::serve_cluster::kubeconfig;
 use crate::serve_tls::Served;
@@ -276,6 +276,193 @@ fn env_secs(name: &str, default: u64) -> Duration {
     )
 }
 
+/// Creates `plan`'s objects in a real cluster, as they are found in one: each created, then
+/// its status written; pods and claims owned by the set as created (its real uid). Nothing is
+/// done where the cluster already holds the plan's last namespace (seeded by an earlier run).
+/// The cluster's controller-manager should be stopped first: it would otherwise re-create,
+/// garbage-collect and re-write these objects, and its writes would count.
+async fn seed_real(client: &kube::Client, plan: &ScalePlan) -> usize {
+    use futures::StreamExt;
+    use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+    let resource = |kind: &str| match kind {
+        "Namespace" => ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+        "StorageClass" => ApiResource::erase::<k8s_openapi::api::storage::v1::StorageClass>(&()),
+        "StatefulSet" => ApiResource::erase::<StatefulSet>(&()),
+        "Pod" => ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+        _ => ApiResource::erase::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(&()),
+    };
+    let api_of = |kind: &str, ns: Option<&str>| -> Api<DynamicObject> {
+        let r = resource(kind);
+        match ns {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &r),
+            None => Api::all_with(client.clone(), &r),
+        }
+    };
+    let last_ns = plan
+        .sets
+        .last()
+        .map(|s| s.namespace.clone())
+        .unwrap_or_default();
+    if api_of("Namespace", None)
+        .get_opt(&last_ns)
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+    {
+        eprintln!("the cluster holds {last_ns} already: not seeded again");
+        return 0;
+    }
+    // Creates one object (and its status); returns its uid.
+    let create = |mut object: Value, owner: Option<String>| {
+        let api_of = &api_of;
+        async move {
+            let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+            let ns = object["metadata"]["namespace"].as_str().map(str::to_owned);
+            let name = object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if let Some(meta) = object["metadata"].as_object_mut() {
+                for k in [
+                    "uid",
+                    "resourceVersion",
+                    "creationTimestamp",
+                    "managedFields",
+                    "generation",
+                ] {
+                    meta.remove(k);
+                }
+            }
+            if let (Some(uid), Some(owners)) =
+                (owner, object["metadata"]["ownerReferences"].as_array_mut())
+            {
+                for o in owners {
+                    o["uid"] = json!(uid);
+                }
+            }
+            let status = object.as_object_mut().and_then(|o| o.remove("status"));
+            let api = api_of(&kind, ns.as_deref());
+            let object: DynamicObject = serde_json::from_value(object).expect("an object");
+            let created = loop {
+                match api.create(&PostParams::default(), &object).await {
+                    Ok(created) => break created,
+                    Err(e) => {
+                        eprintln!("create {kind} {name}: {e}; retrying");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            };
+            if let Some(status) = status.filter(|_| kind != "Namespace" && kind != "StorageClass") {
+                let patch = json!({ "status": status });
+                while let Err(e) = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    eprintln!("status of {kind} {name}: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            created.metadata.uid.unwrap_or_default()
+        }
+    };
+    let mut objects = plan.objects().peekable();
+    // Namespaces and classes first, then each set with its pods and claims.
+    let mut firsts = Vec::new();
+    while let Some(o) = objects.next_if(|o| o["kind"] == "Namespace" || o["kind"] == "StorageClass")
+    {
+        firsts.push(o);
+    }
+    let mut created = futures::stream::iter(firsts.into_iter().map(|o| create(o, None)))
+        .buffer_unordered(32)
+        .count()
+        .await;
+    let mut groups: Vec<Vec<Value>> = Vec::new();
+    for o in objects {
+        if o["kind"] == "StatefulSet" {
+            groups.push(Vec::new());
+        }
+        if let Some(group) = groups.last_mut() {
+            group.push(o);
+        }
+    }
+    let started = Instant::now();
+    let total = groups.len();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    created += futures::stream::iter(groups.into_iter().map(|mut group| {
+        let (done, create) = (&done, &create);
+        async move {
+            let set = group.remove(0);
+            let uid = create(set, None).await;
+            let n =
+                1 + futures::stream::iter(group.into_iter().map(|o| create(o, Some(uid.clone()))))
+                    .buffer_unordered(8)
+                    .count()
+                    .await;
+            let finished = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if finished % 500 == 0 {
+                eprintln!(
+                    "seeded {finished} of {total} sets in {:.0} s",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            n
+        }
+    }))
+    .buffer_unordered(8)
+    .fold(0, |a, n| async move { a + n })
+    .await;
+    created
+}
+
+/// Writes the apiserver counted (`apiserver_request_total`, not dry runs), by resource.
+async fn apiserver_writes(client: &kube::Client) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let Ok(request) = axum::http::Request::get("/metrics").body(Vec::new()) else {
+        return out;
+    };
+    let Ok(text) = client.request_text(request).await else {
+        return out;
+    };
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |key: &str| {
+            labels
+                .split("\",")
+                .find_map(|kv| kv.strip_prefix(&format!("{key}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let verb = label("verb");
+        if matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE")
+            && label("dry_run").is_empty()
+        {
+            let key = match label("subresource").as_str() {
+                "" => label("resource"),
+                sub => format!("{}/{sub}", label("resource")),
+            };
+            *out.entry(key).or_default() += value.trim().parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    out
+}
+
+/// `after - before`, for the resources that moved.
+fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, usize> {
+    after
+        .iter()
+        .filter_map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0.0);
+            (d > 0.0).then(|| (k.clone(), d as usize))
+        })
+        .collect()
+}
+
 /// One run's numbers.
 #[derive(Debug, Default)]
 struct Run {
@@ -292,6 +479,14 @@ struct Run {
     writes_steady_per_min_no_lease: Option<f64>,
     set_writes_first: Option<usize>,
     breakdown: BTreeMap<String, usize>,
+    /// Seconds from start until the controller led (its whole view listed).
+    controller_secs: f64,
+    /// RSS (KiB) every 15 s from ready on.
+    rss_series: Vec<u64>,
+    /// Against a real cluster: writes the apiserver counted by resource, in the first window
+    /// and per minute of the steady one.
+    real_first: BTreeMap<String, usize>,
+    real_steady_per_min: BTreeMap<String, f64>,
 }
 
 /// `serve` (release build, controller on) against the fake API server seeded with
@@ -305,8 +500,38 @@ async fn bench_one(size: ScaleSize) -> Run {
     let real = std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty());
     let dir = tempfile::tempdir().expect("tempdir");
     let mut run = Run::default();
+    let real_client = match &real {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("KUBECONFIG");
+            let config = kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .expect("a client configuration");
+            Some(kube::Client::try_from(config).expect("a client"))
+        }
+        None => None,
+    };
     let api = match real {
-        Some(_) => None,
+        Some(_) => {
+            if std::env::var_os("SCALE_SEED").is_some()
+                && let Some(client) = &real_client
+            {
+                let plan = ScalePlan::new(size);
+                let started = Instant::now();
+                let objects = seed_real(client, &plan).await;
+                run.seed_secs = started.elapsed().as_secs_f64();
+                eprintln!(
+                    "seeded {objects} objects ({} claims, {} sets, {} pods) in {:.1} s",
+                    size.claims,
+                    size.sets,
+                    plan.pods(),
+                    run.seed_secs
+                );
+            }
+            None
+        }
         None => {
             let api = FakeApiServer::start_with(FakeApiConfig {
                 // The request log keeps bodies; the write records are what is counted.
@@ -358,6 +583,10 @@ async fn bench_one(size: ScaleSize) -> Run {
     let pid = served.pid();
     let ready_url = served.probe_url("/readyz");
     let client = reqwest::Client::new();
+    let writes_at_start = match &real_client {
+        Some(c) => apiserver_writes(c).await,
+        None => BTreeMap::new(),
+    };
     loop {
         if client
             .get(&ready_url)
@@ -376,14 +605,44 @@ async fn bench_one(size: ScaleSize) -> Run {
     run.ready_secs = spawned.elapsed().as_secs_f64();
     run.rss_ready = memory_kib(pid).map_or(0, |m| m.0);
     run.cpu_ready = cpu_seconds(pid).unwrap_or(0.0);
+    run.rss_series.push(run.rss_ready);
+    let verbose = format!("{ready_url}?verbose");
+    let mut next_sample = Instant::now() + Duration::from_secs(15);
     let first_end = spawned + first_window;
-    while Instant::now() < first_end {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    run.rss_later = memory_kib(pid).map_or(0, |m| m.0);
-    let steady_end = Instant::now() + steady_window;
+    let steady_end = first_end + steady_window;
     while Instant::now() < steady_end {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        if run.controller_secs == 0.0 {
+            let text = match client.get(&verbose).send().await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            if text.contains("[+]controller leading") {
+                run.controller_secs = spawned.elapsed().as_secs_f64();
+            }
+        }
+        if run.rss_later == 0 && Instant::now() >= first_end {
+            run.rss_later = memory_kib(pid).map_or(0, |m| m.0);
+            if let Some(c) = &real_client {
+                run.real_first = delta(&writes_at_start, &apiserver_writes(c).await);
+            }
+        }
+        if Instant::now() >= next_sample {
+            run.rss_series.push(memory_kib(pid).map_or(0, |m| m.0));
+            next_sample += Duration::from_secs(15);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some(c) = &real_client {
+        let per_min = 60.0 / steady_window.as_secs_f64();
+        let total = delta(&writes_at_start, &apiserver_writes(c).await);
+        run.real_steady_per_min = total
+            .iter()
+            .map(|(k, n)| {
+                let first = run.real_first.get(k).copied().unwrap_or(0);
+                (k.clone(), n.saturating_sub(first) as f64 * per_min)
+            })
+            .filter(|(_, n)| *n > 0.0)
+            .collect();
     }
     let (_, peak) = memory_kib(pid).unwrap_or_default();
     run.peak = peak;
@@ -431,9 +690,9 @@ async fn bench_one(size: ScaleSize) -> Run {
 async fn scale_benchmark() {
     let sizes = std::env::var("SCALE_SIZES").unwrap_or_else(|_| "small,large".to_owned());
     println!(
-        "| claims / sets | seed s | ready s | RSS at ready | RSS 90 s | peak RSS | CPU s to ready / total | writes first 90 s (to sets) | writes/min steady (without Lease) |"
+        "| claims / sets / pods | seed s | ready s | controller leads s | RSS at ready | RSS at first window | RSS at end | peak RSS | CPU s to ready / total | writes first window (to sets) | writes/min steady (without Lease) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for name in sizes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let size = match name {
             "small" => ScaleSize::SMALL,
@@ -442,14 +701,18 @@ async fn scale_benchmark() {
         };
         let run = bench_one(size).await;
         let opt = |v: Option<usize>| v.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
+        let rss_end = run.rss_series.last().copied().unwrap_or(0);
         println!(
-            "| {} / {} | {:.1} | {:.2} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} / {:.1} | {} ({}) | {} ({}) |",
+            "| {} / {} / {} | {:.1} | {:.2} | {:.2} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} / {:.1} | {} ({}) | {} ({}) |",
             size.claims,
             size.sets,
+            ScalePlan::new(size).pods(),
             run.seed_secs,
             run.ready_secs,
+            run.controller_secs,
             mib(run.rss_ready),
             mib(run.rss_later),
+            mib(rss_end),
             mib(run.peak),
             run.cpu_ready,
             run.cpu_total,
@@ -462,6 +725,22 @@ async fn scale_benchmark() {
         );
         for (target, n) in &run.breakdown {
             println!("    {target}: {n}");
+        }
+        let series: Vec<String> = run
+            .rss_series
+            .iter()
+            .map(|kib| format!("{:.1}", mib(*kib)))
+            .collect();
+        println!("    RSS MiB every 15 s from ready: {}", series.join(" "));
+        if !run.real_first.is_empty() || !run.real_steady_per_min.is_empty() {
+            println!(
+                "    apiserver writes in the first window: {:?}",
+                run.real_first
+            );
+            println!(
+                "    apiserver writes per minute afterwards: {:?}",
+                run.real_steady_per_min
+            );
         }
     }
 }
