@@ -3,6 +3,7 @@
 mod crash;
 mod defaults_conditions;
 mod denials;
+mod first_contact;
 mod in_place;
 mod max_unavailable;
 mod operations;
@@ -33,5 +34,6 @@ pub fn all() -> Vec<Scenario> {
         defaults_conditions::conditions(),
         operations::observe_mode(),
         operations::check_install(),
+        first_contact::healthy_sets(),
     ]
 }

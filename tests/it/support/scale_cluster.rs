@@ -515,6 +515,7 @@ impl<'a> Set<'a> {
             .as_array()
             .cloned()
             .unwrap_or_default();
+        let host_ip = format!("172.20.{}.{}", rng.below(16), 1 + rng.below(254));
         let status = json!({
             "phase": "Running",
             "conditions": [
@@ -524,8 +525,7 @@ impl<'a> Set<'a> {
                 {"type": "ContainersReady", "status": "True", "lastProbeTime": null, "lastTransitionTime": ready},
                 {"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": time(created)},
             ],
-            "hostIP": format!("172.20.{}.{}", rng.below(16), 1 + rng.below(254)),
-            "hostIPs": [{"ip": "172.20.0.1"}],
+            "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
             "podIP": ip, "podIPs": [{"ip": ip}],
             "startTime": time(created),
             "initContainerStatuses": inits.iter().map(|c| {
