@@ -14,8 +14,9 @@
 //!   ordinals, update strategy, pod management, minReadySeconds, templates, status), and who
 //!   owns `maxUnavailable` in its managedFields (the gate's evidence). The pod
 //!   template and selector are not read by anyone.
-//! - PersistentVolumeClaim: read whole (the claim controller compares labels, annotations,
-//!   spec and status with the templates); only managedFields go.
+//! - PersistentVolumeClaim: read nearly whole (the claim controller compares labels,
+//!   annotations, spec and status with the templates); managedFields, finalizers, owners and
+//!   the control plane's own annotations (binding, provisioning, kubectl's copy) go.
 //! - Pod: the claim rollout and the maxUnavailable driver read identity, the revision and
 //!   pod-name labels, the controlling owner, creation and deletion timestamps, the phase and
 //!   the Ready condition.
@@ -56,6 +57,11 @@ pub enum OurKeys {}
 pub enum PodLabelKeys {}
 /// No key.
 pub enum NoKeys {}
+/// A claim's annotations but those the control plane keeps on it for itself: the binding
+/// and provisioning records (`pv.kubernetes.io/…`, `volume.kubernetes.io/…`, the beta
+/// provisioner) and kubectl's last-applied copy. No reader looks at them, and they are a
+/// quarter of a bound claim's metadata.
+pub enum ClaimAnnotationKeys {}
 
 impl Keys for AllKeys {
     fn keep(_: &str) -> bool {
@@ -79,6 +85,21 @@ impl Keys for NoKeys {
     fn keep(_: &str) -> bool {
         false
     }
+}
+
+impl Keys for ClaimAnnotationKeys {
+    fn keep(key: &str) -> bool {
+        claim_annotation_kept(key)
+    }
+}
+
+/// Whether the view keeps a claim annotation (see [`ClaimAnnotationKeys`]); a template
+/// annotation the view does not keep is the control plane's, not the user's to roll out.
+pub fn claim_annotation_kept(key: &str) -> bool {
+    !(key.starts_with("pv.kubernetes.io/")
+        || key.starts_with("volume.kubernetes.io/")
+        || key == "volume.beta.kubernetes.io/storage-provisioner"
+        || key == "kubectl.kubernetes.io/last-applied-configuration")
 }
 
 /// A string map of which only the keys `F` keeps are built; the values of the others are
@@ -450,9 +471,9 @@ pub enum ClaimMeta {}
 
 impl MetaRules for ClaimMeta {
     type Labels = AllKeys;
-    type Annotations = AllKeys;
-    const OWNERS: Owners = Owners::All;
-    const FINALIZERS: bool = true;
+    type Annotations = ClaimAnnotationKeys;
+    const OWNERS: Owners = Owners::None;
+    const FINALIZERS: bool = false;
 }
 
 /// A claim as the view keeps it: whole, without managedFields.
@@ -780,27 +801,51 @@ mod tests {
     }
 
     #[test]
-    fn a_claim_keeps_everything_but_managed_fields() {
+    fn a_claim_keeps_all_but_the_control_planes_bookkeeping() {
         let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
             "name": "data-db-0", "namespace": "team", "uid": "u-2", "resourceVersion": "9",
             "creationTimestamp": "2026-01-01T00:00:00Z",
             "labels": {"app": "db"},
-            "annotations": {"pv.kubernetes.io/bind-completed": "yes", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u-1"}],
-            "finalizers": ["kubernetes.io/pvc-protection"]
+            "annotations": {"team.example.com/owner": "db", "volume.beta.kubernetes.io/storage-class": "gold"},
         }, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "gold", "volumeName": "pv-1",
                     "volumeMode": "Filesystem", "resources": {"requests": {"storage": "1Gi"}}},
            "status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}});
-        let mut with_managed = claim.clone();
-        with_managed["metadata"]["managedFields"] = managed_fields();
+        // As the apiserver returns it: managedFields, binding and provisioning annotations,
+        // kubectl's copy, the protection finalizer, the retention policy's owner.
+        let mut stored = claim.clone();
+        stored["metadata"]["managedFields"] = managed_fields();
+        let annotations = &mut stored["metadata"]["annotations"];
+        for (k, v) in [
+            ("pv.kubernetes.io/bind-completed", "yes"),
+            ("pv.kubernetes.io/bound-by-controller", "yes"),
+            ("volume.kubernetes.io/selected-node", "node-1"),
+            (
+                "volume.kubernetes.io/storage-provisioner",
+                "ebs.csi.aws.com",
+            ),
+            (
+                "volume.beta.kubernetes.io/storage-provisioner",
+                "ebs.csi.aws.com",
+            ),
+            ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+        ] {
+            annotations[k] = json!(v);
+        }
+        stored["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u-1"}]);
+        stored["metadata"]["finalizers"] = json!(["kubernetes.io/pvc-protection"]);
         let mut want = claim.clone();
         if let Some(o) = want.as_object_mut() {
             o.remove("apiVersion");
             o.remove("kind");
         }
-        let full = keeps::<ClaimLite>(with_managed, want);
+        let full = keeps::<ClaimLite>(stored, want);
         let expected: PersistentVolumeClaim = serde_json::from_value(claim).expect("a claim");
         assert_eq!(full, expected);
+        assert!(!claim_annotation_kept("pv.kubernetes.io/bind-completed"));
+        assert!(claim_annotation_kept(
+            "volume.beta.kubernetes.io/storage-class"
+        ));
     }
 
     #[test]

@@ -121,6 +121,10 @@ pub(crate) struct Elector {
     observation: Observation,
     last_renew: Option<Instant>,
     status: Option<StatusAnnotations>,
+    /// Where a standby says who leads, or why it cannot campaign.
+    health: Option<std::sync::Arc<crate::health::Health>>,
+    /// The holder seen by the last round that lost.
+    holder: Option<String>,
 }
 
 /// Annotations the holder keeps on its Lease at each renewal (what it knows that others, such
@@ -137,6 +141,20 @@ impl Elector {
             observation: Observation::default(),
             last_renew: None,
             status: None,
+            health: None,
+            holder: None,
+        }
+    }
+
+    /// Says on `health` (line `controller`) who leads, or why the Lease cannot be had.
+    pub(crate) fn with_health(mut self, health: std::sync::Arc<crate::health::Health>) -> Self {
+        self.health = Some(health);
+        self
+    }
+
+    fn say(&self, state: crate::health::State, detail: String) {
+        if let Some(health) = &self.health {
+            health.set("controller", state, detail);
         }
     }
 
@@ -169,7 +187,10 @@ impl Elector {
             &self.timing,
         );
         let result = match decision {
-            Decision::Wait { .. } => return Ok(false),
+            Decision::Wait { holder } => {
+                self.holder = Some(holder);
+                return Ok(false);
+            }
             Decision::Create(spec) => {
                 let mut lease = Lease {
                     metadata: ObjectMeta {
@@ -210,9 +231,20 @@ impl Elector {
                     tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
                     return true;
                 }
-                Ok(false) => {}
+                Ok(false) => self.say(
+                    crate::health::State::Ok,
+                    format!(
+                        "standby: {} leads (Lease {})",
+                        self.holder.as_deref().unwrap_or("another replica"),
+                        self.name
+                    ),
+                ),
                 Err(error) => {
-                    tracing::warn!(%error, lease = %self.name, "lease not readable or writable")
+                    tracing::warn!(%error, lease = %self.name, "lease not readable or writable");
+                    self.say(
+                        crate::health::State::Warning,
+                        format!("cannot campaign for Lease {}: {error}", self.name),
+                    );
                 }
             }
             tokio::select! {

@@ -214,6 +214,7 @@ impl Controller {
             &self.config.identity,
             self.config.timing.clone(),
         );
+        elector = elector.with_health(self.health.clone());
         if self.config.features.max_unavailable {
             let gate = self.gate.clone();
             elector = elector.with_status(Box::new(move || {

@@ -303,6 +303,14 @@ async fn seed_real(client: &kube::Client, plan: &ScalePlan) -> usize {
         .last()
         .map(|s| s.namespace.clone())
         .unwrap_or_default();
+    // The controller's namespace (its Lease and journals), as a release namespace is.
+    let controller_ns = json!({"metadata": {"name": "stateful-admission"}});
+    let _ = api_of("Namespace", None)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(controller_ns).expect("a namespace"),
+        )
+        .await;
     if api_of("Namespace", None)
         .get_opt(&last_ns)
         .await

@@ -149,6 +149,9 @@ fn missing_entries(
     want.into_iter()
         .flatten()
         .filter(|(k, v)| have.and_then(|h| h.get(*k)) != Some(*v))
+        // The control plane's own annotations (binding, provisioning) are not the view's to
+        // compare, nor a template's to roll out.
+        .filter(|(k, _)| crate::cluster::lite::claim_annotation_kept(k))
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect()
 }
@@ -560,6 +563,21 @@ mod tests {
             ]
         );
         assert!(p.starts_update);
+        // The control plane's own annotations are not the template's to roll out (the view
+        // does not keep them on claims, so they would look missing forever).
+        let t = with(template("1Gi"), |t| {
+            t.metadata.annotations = Some(
+                [(
+                    "pv.kubernetes.io/bind-completed".to_owned(),
+                    "yes".to_owned(),
+                )]
+                .into(),
+            );
+        });
+        assert_eq!(
+            assess(&t, &claim("1Gi", "1Gi"), true),
+            Assessment::Compatible
+        );
         // Labels only: no update starts.
         let t = with(template("1Gi"), |t| {
             t.metadata.labels = Some([("chart".to_owned(), "v3".to_owned())].into());

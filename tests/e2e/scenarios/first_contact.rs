@@ -89,7 +89,7 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
                 anyhow::ensure!(
                     status.observed_generation == set.metadata.generation
                         && status.ready_replicas == Some(want)
-                        && status.available_replicas == want
+                        && status.available_replicas == Some(want)
                         && status.updated_replicas == Some(want)
                         && status.current_revision == status.update_revision,
                     "{:?} not settled: {status:?}",
