@@ -17,8 +17,8 @@
 //! - PersistentVolumeClaim: read nearly whole (the claim controller compares labels,
 //!   annotations, spec and status with the templates); managedFields, finalizers, owners and
 //!   the control plane's own annotations (binding, provisioning, kubectl's copy) go.
-//! - Pod: the claim rollout and the maxUnavailable driver read identity, the revision and
-//!   pod-name labels, the controlling owner, creation and deletion timestamps, the phase and
+//! - Pod: the claim rollout and the maxUnavailable driver read identity, the revision
+//!   label, the controlling owner, creation and deletion timestamps, the phase and
 //!   the Ready condition.
 //! - Journal ConfigMaps: the controller finds them by name and reads whom they are about
 //!   (their annotations); it reads the journal's content from the API when acting on it.
@@ -53,7 +53,7 @@ pub trait Keys {
 pub enum AllKeys {}
 /// The project's keys (`stateful-admission.io/…`).
 pub enum OurKeys {}
-/// The labels read off a pod: its revision and its pod name.
+/// The labels read off a pod: its revision.
 pub enum PodLabelKeys {}
 /// No key.
 pub enum NoKeys {}
@@ -77,7 +77,8 @@ impl Keys for OurKeys {
 
 impl Keys for PodLabelKeys {
     fn keep(key: &str) -> bool {
-        key == names::CONTROLLER_REVISION_HASH_LABEL || key == names::POD_NAME_LABEL
+        // The pod-name label only repeats the name (the watch selects pods by it).
+        key == names::CONTROLLER_REVISION_HASH_LABEL
     }
 }
 
@@ -307,6 +308,10 @@ fn meta<'de, R: MetaRules, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::
             owners
                 .into_iter()
                 .filter(|o| R::OWNERS == Owners::All || o.controller == Some(true))
+                .map(|o| OwnerReference {
+                    block_owner_deletion: None,
+                    ..o
+                })
                 .collect::<Vec<_>>()
         })
         .filter(|owners| !owners.is_empty());
@@ -849,7 +854,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_keeps_identity_two_labels_its_controller_phase_and_readiness() {
+    fn a_pod_keeps_identity_its_revision_its_controller_phase_and_readiness() {
         let pod: Pod = keeps::<PodLite>(
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
                 "name": "db-0", "namespace": "team", "uid": "u-3", "resourceVersion": "11",
@@ -878,9 +883,9 @@ mod tests {
                 "name": "db-0", "namespace": "team", "uid": "u-3", "resourceVersion": "11",
                 "generateName": "db-", "creationTimestamp": "2026-01-01T00:00:00Z",
                 "deletionTimestamp": "2026-01-02T00:00:00Z", "deletionGracePeriodSeconds": 30,
-                "labels": {"controller-revision-hash": "db-2", "statefulset.kubernetes.io/pod-name": "db-0"},
+                "labels": {"controller-revision-hash": "db-2"},
                 "ownerReferences": [
-                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u-1", "controller": true, "blockOwnerDeletion": true}
+                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u-1", "controller": true}
                 ]
             }, "status": {"phase": "Running",
                           "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:05Z"}]}}),

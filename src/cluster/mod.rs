@@ -10,6 +10,7 @@
 
 pub(crate) mod feed;
 pub mod lite;
+pub(crate) mod packing;
 pub mod state_file;
 pub(crate) mod store;
 pub mod watch;

@@ -24,6 +24,7 @@ use super::lite::Lite;
 type Objects = HashMap<Box<str>, HashMap<Box<str>, Entry>>;
 
 struct Entry {
+    /// The object's JSON, packed ([`super::packing`]).
     json: Box<[u8]>,
     /// The list (or watch) generation that last wrote it.
     mark: u32,
@@ -98,8 +99,11 @@ impl<L: Lite> CompactWriter<L> {
                 let mut objects = self.shared.write();
                 objects.retain(|_, in_namespace| {
                     in_namespace.retain(|_, entry| entry.mark == mark);
+                    // Tables grow by doubling while a list comes in; what it left is kept.
+                    in_namespace.shrink_to_fit();
                     !in_namespace.is_empty()
                 });
+                objects.shrink_to_fit();
                 drop(objects);
             }
             watcher::Event::Delete(object) => {
@@ -125,12 +129,16 @@ impl<L: Lite> CompactWriter<L> {
         let Some(name) = meta.name.as_deref() else {
             return;
         };
-        // Serialising a lite object cannot fail; one that somehow did is not stored.
-        let Ok(json) = serde_json::to_vec(object) else {
+        // Name and namespace are the entry's keys: the JSON goes without them, and reads put
+        // them back. Serialising a lite object cannot fail; one that somehow did is not stored.
+        let mut keyless = object.clone();
+        keyless.meta_mut().name = None;
+        keyless.meta_mut().namespace = None;
+        let Ok(json) = serde_json::to_vec(&keyless) else {
             return;
         };
         let entry = Entry {
-            json: json.into_boxed_slice(),
+            json: super::packing::pack(&json),
             mark: self.mark,
         };
         let mut objects = self.shared.write();
@@ -148,15 +156,20 @@ impl<L: Lite> CompactWriter<L> {
     }
 }
 
-impl<T: DeserializeOwned> Compact<T> {
-    fn decode(json: &[u8]) -> Option<Arc<T>> {
+impl<T: DeserializeOwned + kube::Resource> Compact<T> {
+    /// The object stored as `json` under `namespace/name`.
+    fn decode(namespace: &str, name: &str, json: &[u8]) -> Option<Arc<T>> {
         // Only JSON this store wrote is decoded; a failure would be a bug, not bad input.
-        serde_json::from_slice(json).ok().map(Arc::new)
+        let mut object: T = serde_json::from_slice(&super::packing::unpack(json)).ok()?;
+        let meta = object.meta_mut();
+        meta.name = Some(name.to_owned());
+        meta.namespace = (!namespace.is_empty()).then(|| namespace.to_owned());
+        Some(Arc::new(object))
     }
 
     pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<Arc<T>> {
         let objects = self.shared.read();
-        Self::decode(&objects.get(namespace)?.get(name)?.json)
+        Self::decode(namespace, name, &objects.get(namespace)?.get(name)?.json)
     }
 
     /// Whether `namespace/name` is held (nothing is decoded).
@@ -180,7 +193,7 @@ impl<T: DeserializeOwned> Compact<T> {
                 in_namespace
                     .iter()
                     .filter(|(name, _)| wanted(name))
-                    .filter_map(|(_, entry)| Self::decode(&entry.json))
+                    .filter_map(|(name, entry)| Self::decode(namespace, name, &entry.json))
                     .collect()
             })
     }
@@ -212,9 +225,12 @@ impl<T: DeserializeOwned> Compact<T> {
     pub(crate) fn all(&self) -> Vec<Arc<T>> {
         let objects = self.shared.read();
         objects
-            .values()
-            .flat_map(HashMap::values)
-            .filter_map(|entry| Self::decode(&entry.json))
+            .iter()
+            .flat_map(|(namespace, in_namespace)| {
+                in_namespace
+                    .iter()
+                    .filter_map(move |(name, entry)| Self::decode(namespace, name, &entry.json))
+            })
             .collect()
     }
 

@@ -9,7 +9,9 @@
 //! Each watch decodes its kind's lite type ([`super::lite`]), so what no reader uses is
 //! skipped while decoding; the initial list comes in pages, so the memory it passes through
 //! stays near one page of full objects. Each event is applied to its store, then published
-//! to the view's feed, in the watch's own task.
+//! to the view's feed, in the watch's own task. The webhook's kinds list first; claims, pods
+//! and journals start once they have (the webhook is ready sooner, and fewer lists pass
+//! through memory at once).
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -20,7 +22,7 @@ use kube::{Api, Client};
 
 use super::feed::{Feed, SyncSender};
 use super::lite::{ClaimLite, JournalLite, PodLite, SetLite, Watched};
-use super::{ClusterView, ClusterWriters, Sink, apply};
+use super::{ClusterView, ClusterWriters, Kind, Kinds, Sink, apply};
 use crate::names;
 
 /// Objects per page of an initial list (the apiserver's own default chunk for kubectl and
@@ -65,26 +67,48 @@ pub fn from_cluster(
             &feed,
             &sync,
         ),
-        run::<ClaimLite>(Api::all(client.clone()), config(), claims, &feed, &sync),
+        after_webhook(
+            &view,
+            run::<ClaimLite>(Api::all(client.clone()), config(), claims, &feed, &sync),
+        ),
     ];
     if let (Some(writers), Some(namespace)) = (controller, controller_namespace) {
-        watches.push(run::<PodLite>(
-            Api::all(client.clone()),
-            config().labels(names::POD_NAME_LABEL),
-            writers.pods,
-            &feed,
-            &sync,
+        watches.push(after_webhook(
+            &view,
+            run::<PodLite>(
+                Api::all(client.clone()),
+                config().labels(names::POD_NAME_LABEL),
+                writers.pods,
+                &feed,
+                &sync,
+            ),
         ));
-        watches.push(run::<JournalLite>(
-            Api::namespaced(client, namespace),
-            config().labels(names::JOURNAL_LABEL),
-            writers.journals,
-            &feed,
-            &sync,
+        watches.push(after_webhook(
+            &view,
+            run::<JournalLite>(
+                Api::namespaced(client, namespace),
+                config().labels(names::JOURNAL_LABEL),
+                writers.journals,
+                &feed,
+                &sync,
+            ),
         ));
     }
     let driver = futures::future::join_all(watches).map(|_| ()).boxed();
     (view, driver)
+}
+
+/// Starts `watch` once the kinds the webhook's verdicts read have listed: those lists then
+/// have the apiserver and this process to themselves, so the webhook is ready in seconds;
+/// claims, pods and journals (a warning's input, and the controller's) list right after.
+fn after_webhook(view: &ClusterView, watch: BoxFuture<'static, ()>) -> BoxFuture<'static, ()> {
+    let view = view.clone();
+    async move {
+        if view.wait_kinds(Kinds::of(&Kind::WEBHOOK)).await.is_ok() {
+            watch.await;
+        }
+    }
+    .boxed()
 }
 
 fn config() -> watcher::Config {

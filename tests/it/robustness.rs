@@ -182,6 +182,7 @@ fn the_binary_runs_jemalloc_with_background_purging() {
         "opt.background_thread: true",
         "opt.dirty_decay_ms: 1000",
         "opt.muzzy_decay_ms: 0",
+        "opt.narenas: 1",
     ] {
         assert!(
             stats.contains(option),

@@ -127,13 +127,75 @@ impl Collector for PastDeadline {
 /// What [`plan::Remembered`] keeps per set without a record, by namespace and name (with the
 /// set's uid, so that a re-created set starts afresh). Bounded by the sets that exist: entries
 /// of sets gone from the view are dropped whenever the map has doubled since the last sweep.
+/// Held compactly (a set's key and uid hashed, times as seconds): it has an entry for nearly
+/// every set of a cluster.
 #[derive(Default)]
 pub(crate) struct Memory(Mutex<MemoryState>);
 
 #[derive(Default)]
 struct MemoryState {
-    sets: HashMap<(String, String), (Option<String>, Remembered)>,
+    sets: HashMap<u64, Kept>,
     sweep_at: usize,
+    hasher: std::hash::RandomState,
+}
+
+/// One set's [`Remembered`], compact.
+struct Kept {
+    uid: u64,
+    available: Option<(Status, i64)>,
+    progressing: Option<(Status, i64)>,
+    completed: Option<Box<str>>,
+}
+
+/// A condition's status, as a byte.
+#[derive(Clone, Copy)]
+enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    fn of(text: &str) -> Self {
+        match text {
+            "True" => Self::True,
+            "False" => Self::False,
+            _ => Self::Unknown,
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+fn keep(t: &plan::Transition) -> Option<(Status, i64)> {
+    let since: jiff::Timestamp = t.since.parse().ok()?;
+    Some((Status::of(&t.status), since.as_second()))
+}
+
+fn unkeep(t: Option<(Status, i64)>) -> Option<plan::Transition> {
+    let (status, since) = t?;
+    Some(plan::Transition {
+        status: status.text().to_owned(),
+        since: plan::format_time(jiff::Timestamp::from_second(since).ok()?),
+    })
+}
+
+impl MemoryState {
+    fn key(&self, namespace: &str, name: &str) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one((namespace, name))
+    }
+
+    fn uid(&self, uid: Option<&str>) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(uid)
+    }
 }
 
 impl Memory {
@@ -144,8 +206,12 @@ impl Memory {
     /// What was remembered of this set (this uid).
     pub(crate) fn get(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Remembered> {
         let state = self.state();
-        let (stored_uid, remembered) = state.sets.get(&(namespace.to_owned(), name.to_owned()))?;
-        (stored_uid.as_deref() == uid).then(|| remembered.clone())
+        let kept = state.sets.get(&state.key(namespace, name))?;
+        (kept.uid == state.uid(uid)).then(|| Remembered {
+            available: unkeep(kept.available),
+            progressing: unkeep(kept.progressing),
+            completed: kept.completed.as_deref().map(str::to_owned),
+        })
     }
 
     /// Remembers this set's transitions; `None` forgets them (the set has a record).
@@ -158,17 +224,26 @@ impl Memory {
         remembered: Option<Remembered>,
     ) {
         let mut state = self.state();
-        let key = (namespace.to_owned(), name.to_owned());
+        let key = state.key(namespace, name);
         let Some(remembered) = remembered else {
             state.sets.remove(&key);
             return;
         };
-        state.sets.insert(key, (uid.map(str::to_owned), remembered));
+        let kept = Kept {
+            uid: state.uid(uid),
+            available: remembered.available.as_ref().and_then(keep),
+            progressing: remembered.progressing.as_ref().and_then(keep),
+            completed: remembered.completed.map(String::into_boxed_str),
+        };
+        state.sets.insert(key, kept);
         if state.sets.len() >= state.sweep_at {
-            state.sets.retain(|(namespace, name), (uid, _)| {
-                view.stateful_set(namespace, name)
-                    .is_some_and(|s| s.metadata.uid == *uid)
-            });
+            let live: std::collections::HashSet<u64> = view
+                .stateful_set_keys()
+                .iter()
+                .map(|(namespace, name)| state.key(namespace, name))
+                .collect();
+            state.sets.retain(|key, _| live.contains(key));
+            state.sets.shrink_to_fit();
             state.sweep_at = (state.sets.len() * 2).max(1024);
         }
     }
@@ -176,7 +251,7 @@ impl Memory {
     /// Forgets every set.
     pub(crate) fn clear(&self) {
         let mut state = self.state();
-        state.sets.clear();
+        state.sets = HashMap::new();
         state.sweep_at = 0;
     }
 
@@ -597,6 +672,52 @@ mod tests {
             ..removal
         };
         assert!(actions(&set, &nothing).expect("actions").is_empty());
+    }
+
+    #[test]
+    fn the_memory_gives_back_what_it_kept_for_the_same_set_and_is_swept_of_gone_ones() {
+        let mut writers = ClusterWriters::new();
+        writers.replace_all(sets(&[("db", "a"), ("db", "b")]));
+        let view = writers.view();
+        let memory = Memory::default();
+        let remembered = Remembered {
+            available: Some(plan::Transition {
+                status: "True".into(),
+                since: "2026-01-01T00:00:05Z".into(),
+            }),
+            progressing: Some(plan::Transition {
+                status: "Unknown".into(),
+                since: "2026-01-01T00:00:07Z".into(),
+            }),
+            completed: Some("3/0123456789abcdef".into()),
+        };
+        memory.put(&view, "db", "a", Some("u1"), Some(remembered.clone()));
+        assert_eq!(memory.get("db", "a", Some("u1")), Some(remembered.clone()));
+        assert_eq!(
+            memory.get("db", "a", Some("u2")),
+            None,
+            "a re-created set starts afresh"
+        );
+        assert_eq!(memory.get("db", "b", Some("u1")), None);
+        memory.put(&view, "db", "a", Some("u1"), None);
+        assert_eq!(
+            memory.get("db", "a", Some("u1")),
+            None,
+            "forgotten with a record"
+        );
+        // Past 1,024 entries the sets gone from the view are swept.
+        for i in 0..1100 {
+            memory.put(
+                &view,
+                "gone",
+                &format!("s{i}"),
+                None,
+                Some(remembered.clone()),
+            );
+        }
+        memory.put(&view, "db", "b", None, Some(remembered.clone()));
+        assert!(memory.len() < 1100, "{}", memory.len());
+        assert_eq!(memory.get("db", "b", None), Some(remembered));
     }
 
     #[test]
