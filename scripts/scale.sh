@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The scale benchmark: `serve` (release build, controller on) against the in-process fake API
 # server seeded with 10,000 claims / 2,000 StatefulSets ("small") and 50,000 / 10,000
-# ("large"), or against the cluster of KUBECONFIG when it is set (nothing is seeded; write
-# counts need the fake server and read n/a). Prints one table row per size: seeding time,
-# time to /readyz, RSS at ready, 90 s after start and peak (VmHWM), CPU seconds of the serve
-# process, writes in the first 90 s (to StatefulSets) and per minute over the next 60 s,
-# then the writes by target, verb and field manager.
+# ("large"), pods of those sets included, or against the cluster of KUBECONFIG when it is set
+# (a real apiserver, e.g. ../shared/k8s's control plane with its kube-controller-manager
+# stopped; SCALE_SEED=1 seeds it once with the same objects, which takes minutes). Prints one
+# table row per size: seeding time, time to /readyz, when the controller takes the Lease, RSS
+# at ready, 90 s after start, at the end and peak (VmHWM), RSS every 15 s, CPU seconds of the
+# serve process, and writes in the first 90 s and per minute afterwards: by target, verb and
+# field manager from the fake server, or by resource from the real apiserver's own
+# apiserver_request_total (the table's write columns then read n/a).
 #
 #   scripts/scale.sh [small|large|both] [REPEATS]      (default: both, 1)
 #
