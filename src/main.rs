@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use stateful_admission::admission::GateCell;
+use stateful_admission::capabilities::{self, CapabilityCell};
 use stateful_admission::certs::{rotation::Lifetimes, self_managed::SelfManagedConfig};
 use stateful_admission::cli::{self, CertsCommand, Command, ServeArgs};
 use stateful_admission::cluster::{ClusterView, state_file, watch};
@@ -128,8 +128,11 @@ fn serve(args: ServeArgs) -> ExitCode {
         },
     };
     let controller = args.controller.config();
+    let prober = args.controller.prober(&args.policy.capabilities);
     let limit = (args.kube_api_qps, args.kube_api_burst);
-    let result = runtime.block_on(run_serve(config, args.state, controller, limit, shutdown));
+    let result = runtime.block_on(run_serve(
+        config, args.state, controller, prober, limit, shutdown,
+    ));
     drop(self_signed_temp);
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -150,6 +153,7 @@ async fn run_serve(
     config: ServeConfig,
     state: Option<PathBuf>,
     controller: Option<ControllerConfig>,
+    prober: capabilities::run::Settings,
     (qps, burst): (f32, u32),
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -169,18 +173,30 @@ async fn run_serve(
         tokio::spawn(driver);
         let mut server = Server::new(config, view.clone());
         limit.register(server.registry());
-        if let Some(controller) = controller {
-            // The controller probes the maxUnavailable gate; the webhook reads the same cell.
-            let gate = GateCell::default();
-            let controller = Controller::new(controller, server.registry(), gate.clone())
-                .with_health(server.health());
-            server = server.with_max_unavailable_gate(gate);
-            let stop = tokio_util::sync::CancellationToken::new();
-            let task = tokio::spawn(controller.run(client, view, stop.clone()));
-            server = server.with_companion(Companion { stop, task });
-        }
+        // Every replica learns what the cluster does (a standby's webhook reads it too); the
+        // webhook and the controller read the one cell.
+        let cell = CapabilityCell::default();
+        let prober = capabilities::run::Prober::new(prober, server.registry(), cell.clone())
+            .with_health(server.health());
+        server = server.with_capabilities(cell.clone());
+        let stop = tokio_util::sync::CancellationToken::new();
+        let probing = tokio::spawn(prober.run(client.clone(), Some(view.clone()), stop.clone()));
+        let task = match controller {
+            Some(controller) => {
+                let controller = Controller::new(controller, server.registry(), cell)
+                    .with_health(server.health());
+                let controller = tokio::spawn(controller.run(client, view, stop.clone()));
+                tokio::spawn(async move {
+                    let _ = controller.await;
+                    let _ = probing.await;
+                })
+            }
+            None => probing,
+        };
+        server = server.with_companion(Companion { stop, task });
         return server.run(shutdown).await;
     };
+    let _ = prober;
     let view = ClusterView::from_objects(state_file::load(&path)?);
     tracing::info!(state = %path.display(), counts = ?view.counts(), "cluster state loaded from file");
     if controller.is_some() {

@@ -42,6 +42,8 @@ pub fn journal_name(namespace: &str, name: &str) -> String {
 /// On the controller's Lease, kept by its holder: the apiserver's MaxUnavailableStatefulSet
 /// gate as the controller knows it (`enabled`, `disabled`, `unknown: <why>`), for `check`.
 pub const LEASE_MAX_UNAVAILABLE_GATE: &str = "stateful-admission.io/max-unavailable-gate";
+/// Annotation that gives a claim a class (deprecated, still honoured by the apiserver).
+pub const BETA_STORAGE_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
 /// Label the StatefulSet controller puts on every pod of a set (upstream
 /// `apps.StatefulSetPodNameLabel`); selects the pods the controller watches.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";

@@ -5,7 +5,6 @@
 
 pub mod claim;
 pub(crate) mod field;
-pub(crate) mod gate;
 pub(crate) mod set_claims;
 pub mod statefulset;
 pub(crate) mod warning;
@@ -16,10 +15,10 @@ use kube::core::{DynamicObject, GroupVersionResource};
 
 use std::sync::Arc;
 
+use crate::capabilities::Capabilities;
 use crate::cluster::ClusterView;
 use crate::names;
 pub use field::{BadValue, ErrorType, FieldError};
-pub use gate::GateCell;
 
 /// Which webhook is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,9 +47,9 @@ pub struct Policy {
     /// Allow shrinking a claim's request to a value above its capacity (recovery from a
     /// failed expansion, KEP-1790); when off any decrease is denied.
     pub expansion_recovery: bool,
-    /// Whether the apiserver keeps StatefulSet `maxUnavailable`, as the controller's gate
-    /// probe last found it; set per request by the server, `Unknown` offline.
-    pub max_unavailable_gate: GateStatus,
+    /// What the cluster does, as last learned ([`crate::capabilities`]); set per request by
+    /// the server from what its prober learned, from `--capability` flags offline.
+    pub capabilities: Arc<Capabilities>,
     /// Usernames the StatefulSet controller creates claims as: only their claims get a set's
     /// stored template values. Shared, as the policy is copied for every request.
     pub statefulset_controller_users: Arc<[String]>,
@@ -64,7 +63,9 @@ impl Default for Policy {
             strict_max_unavailable: false,
             max_unavailable_fallback: true,
             expansion_recovery: true,
-            max_unavailable_gate: GateStatus::Unknown,
+            capabilities: Arc::new(Capabilities::unknown(
+                "offline: no cluster to learn from (state it with --capability)",
+            )),
             statefulset_controller_users: names::STATEFULSET_CONTROLLER_USERS
                 .iter()
                 .map(|u| (*u).to_owned())
@@ -84,15 +85,20 @@ impl Policy {
 
     /// Whether a set `maxUnavailable` should still be copied into the fallback annotation:
     /// the flag is on and the apiserver is not known to keep the field. While unknown (no
-    /// probe yet, `review`, a replica that never led) the copy is kept, as it costs little.
+    /// probe yet, `review`) the copy is kept, as it costs little.
     pub fn needs_max_unavailable_fallback(&self) -> bool {
-        self.max_unavailable_fallback && self.max_unavailable_gate != GateStatus::Enabled
+        self.max_unavailable_fallback && self.capabilities.keeps_max_unavailable() != Some(true)
     }
 
-    /// This policy with the gate as last probed.
-    pub fn with_max_unavailable_gate(&self, gate: GateStatus) -> Self {
+    /// The apiserver's `MaxUnavailableStatefulSet` gate as the capabilities say it.
+    pub fn max_unavailable_gate(&self) -> GateStatus {
+        GateStatus::of(&self.capabilities)
+    }
+
+    /// This policy with the capabilities as last learned.
+    pub fn with_capabilities(&self, capabilities: Arc<Capabilities>) -> Self {
         Self {
-            max_unavailable_gate: gate,
+            capabilities,
             ..self.clone()
         }
     }
@@ -112,6 +118,15 @@ pub enum GateStatus {
 }
 
 impl GateStatus {
+    /// The gate as `capabilities` know it: kept is on; dropped, or absent from the types, off.
+    pub fn of(capabilities: &Capabilities) -> Self {
+        match capabilities.keeps_max_unavailable() {
+            Some(true) => Self::Enabled,
+            Some(false) => Self::Disabled,
+            None => Self::Unknown,
+        }
+    }
+
     /// The value of the `max_unavailable_gate_enabled` metric: 1, 0, or -1 when unknown.
     pub fn metric_value(self) -> i64 {
         match self {

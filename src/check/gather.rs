@@ -107,7 +107,6 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
     checks.extend(dry_runs);
 
     let features = deployment_features(&client, release).await;
-    let mut gate_check = None;
     if features.controller {
         let lease_name = features.lease.as_deref().unwrap_or(&release.lease);
         let lease = get_value(
@@ -115,12 +114,6 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
             lease_name,
         )
         .await;
-        if features.max_unavailable
-            && let Ok(lease) = &lease
-            && let Some(gate) = judge::max_unavailable_gate(lease.as_ref())
-        {
-            gate_check = Some(gate);
-        }
         checks.push(match lease {
             Ok(lease) => judge::lease(lease.as_ref(), lease_name, jiff::Timestamp::now()),
             Err(why) => super::Check::failed(
@@ -135,12 +128,21 @@ pub async fn run(config: kube::Config, release: &Release) -> Report {
         None => release.service_account_user(),
     };
     let answers = access_reviews(config, &user, &features.needs(release), &release.namespace).await;
-    checks.extend(gate_check);
-    checks.extend(judge::replicas(
-        &replica_readiness(&client, release, &features).await,
-    ));
+    let readiness = replica_readiness(&client, release, &features).await;
+    // What the cluster does, learned here as the replicas learn it (dry runs in the release
+    // namespace, which the webhooks exclude); what needs an existing claim comes from them.
+    let own = crate::capabilities::probe::probe(
+        &client,
+        &release.namespace,
+        &crate::capabilities::probe::Candidates::default(),
+        &[],
+    )
+    .await;
+    let (capability_checks, cluster) = judge::capabilities(&own, &readiness);
+    checks.extend(judge::replicas(&readiness));
     checks.push(judge::permissions(&user, &answers));
-    checks.push(judge::version(&version, &features));
+    checks.extend(capability_checks);
+    checks.push(judge::version(&version, &features, &cluster));
     Report { checks }
 }
 

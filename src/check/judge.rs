@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::versions::{self, Version};
 use super::{Check, Release, runbook};
+use crate::capabilities::{Capabilities, Name};
 use crate::names;
 
 /// The serving certificate as found in the release's Secret.
@@ -578,40 +579,6 @@ pub(crate) fn lease(lease: Option<&Value>, name: &str, now: jiff::Timestamp) -> 
     )
 }
 
-/// The MaxUnavailableStatefulSet gate as the controller's leader keeps it on its Lease
-/// (`stateful-admission.io/max-unavailable-gate`); `None` without a held Lease (the lease
-/// check says why) or when the leader does not drive maxUnavailable.
-pub(crate) fn max_unavailable_gate(lease: Option<&Value>) -> Option<Check> {
-    let name = "maxUnavailable gate";
-    let lease = lease?;
-    lease
-        .pointer("/spec/holderIdentity")
-        .and_then(Value::as_str)
-        .filter(|h| !h.is_empty())?;
-    let text = lease
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(names::LEASE_MAX_UNAVAILABLE_GATE))
-        .and_then(Value::as_str)?;
-    Some(match text {
-        "enabled" => Check::ok(
-            name,
-            "the apiserver keeps spec.updateStrategy.rollingUpdate.maxUnavailable: the StatefulSet controller honours it; our driver stands down",
-        ),
-        "disabled" => Check::ok(
-            name,
-            "the apiserver drops spec.updateStrategy.rollingUpdate.maxUnavailable: our driver keeps rolling updates within the budget",
-        ),
-        other => Check::warning(
-            name,
-            format!(
-                "the controller does not know whether the apiserver keeps maxUnavailable ({}): budgets are driven only where a set shows the gate, others roll one pod at a time",
-                other.strip_prefix("unknown: ").unwrap_or(other)
-            ),
-            format!("see {}", runbook("maxunavailable-is-not-honoured")),
-        ),
-    })
-}
-
 /// What each running replica's `/readyz?verbose` says (asked through the apiserver's pod
 /// proxy): which part is waiting for what. `None` when no replica runs to ask (the other
 /// checks say why).
@@ -628,9 +595,11 @@ pub(crate) fn replicas(answers: &[(String, Result<String, String>)]) -> Option<C
         match answer {
             Err(why) => unanswered.push(format!("{pod}: {why}")),
             Ok(text) => {
+                // What the cluster does has lines of its own (see `capabilities`).
                 let not_ok: Vec<&str> = text
                     .lines()
                     .filter(|l| l.starts_with("[-]") || l.starts_with("[!]"))
+                    .filter(|l| !l[3..].starts_with("capability "))
                     .collect();
                 if !not_ok.is_empty() {
                     waiting.push(format!("{pod}: {}", not_ok.join("; ")));
@@ -801,6 +770,21 @@ impl Features {
             ));
             needs.push(a("controller", "watch", "", "pods", false));
             needs.push(a("controller", "create", "", "events", false));
+            // Dry runs only, in the release namespace (the webhooks exclude it).
+            needs.push(a(
+                "capability probes",
+                "create",
+                "apps",
+                "statefulsets",
+                true,
+            ));
+            needs.push(a(
+                "capability probes",
+                "create",
+                "",
+                "persistentvolumeclaims",
+                true,
+            ));
         }
         if self.claim_rollout || self.retroactive_default_class {
             needs.push(a(
@@ -922,67 +906,264 @@ pub(crate) fn permissions(
     }
 }
 
-/// The apiserver's version and which proposals it implements natively there.
-pub(crate) fn version(git_version: &Result<String, String>, features: &Features) -> Check {
+/// What the cluster does, one line per capability: as `check` learned it itself (discovery,
+/// OpenAPI, dry runs in the release namespace) and as each replica's `/readyz?verbose` says
+/// its prober learned it. What `check` cannot try itself (a dry-run patch of an existing claim)
+/// comes from the replicas. Returns the lines and the capabilities judged by.
+pub(crate) fn capabilities(
+    own: &crate::capabilities::probe::Round,
+    answers: &[(String, Result<String, String>)],
+) -> (Vec<Check>, Capabilities) {
+    use crate::capabilities::probe::Outcome;
+    let reported: Vec<(String, Vec<ReplicaCapability>)> = answers
+        .iter()
+        .filter_map(|(pod, answer)| {
+            answer
+                .as_ref()
+                .ok()
+                .map(|t| (pod.clone(), replica_capabilities(t)))
+        })
+        .collect();
+    let mut merged = Capabilities::unknown("not learned");
+    merged.git_version = own.git_version.as_ref().ok().cloned();
+    let mut checks = Vec::new();
+    for name in Name::ALL {
+        let check_name = format!("capability {name}");
+        let said: Vec<(&str, &ReplicaCapability)> = reported
+            .iter()
+            .filter_map(|(pod, caps)| {
+                caps.iter()
+                    .find(|c| c.name == name)
+                    .map(|c| (pod.as_str(), c))
+            })
+            .collect();
+        let known_by_replica = said.iter().find(|(_, c)| c.value.is_some());
+        let outcome = own.outcome(name);
+        let (learned, source) = match (outcome, known_by_replica) {
+            (Some(Outcome::Learned(learned)), _) => (learned.clone(), "check".to_owned()),
+            (_, Some((pod, c))) => (
+                crate::capabilities::Learned {
+                    value: c.value,
+                    how: crate::capabilities::How::Evidence(format!("replica {pod}: {}", c.detail)),
+                    last_error: None,
+                },
+                format!("replica {pod}"),
+            ),
+            (Some(Outcome::Failed(why) | Outcome::NotTried(why)), None) => (
+                crate::capabilities::Learned::unknown(why.clone()),
+                "check".to_owned(),
+            ),
+            (None, None) => (
+                crate::capabilities::Learned::unknown(match &own.git_version {
+                    Err(why) => format!("the apiserver did not answer: {why}"),
+                    Ok(_) => "no replica reports it".to_owned(),
+                }),
+                "check".to_owned(),
+            ),
+        };
+        let disagree: Vec<String> = said
+            .iter()
+            .filter(|(_, c)| c.value.is_some() && c.value != learned.value)
+            .map(|(pod, c)| format!("{pod} says {}", c.value.map_or("unknown", |v| v.as_str())))
+            .collect();
+        let check = match (learned.value, disagree.is_empty()) {
+            (Some(value), true) => Check::ok(
+                &check_name,
+                format!(
+                    "{value} ({}: {}){}",
+                    learned.how.source(),
+                    learned.how.detail(),
+                    by(&source)
+                ),
+            ),
+            (Some(value), false) => Check::warning(
+                &check_name,
+                format!(
+                    "{value} ({}: {}){}, but {}: a replica learns it again within its probe interval, or at once when the apiserver's version changes",
+                    learned.how.source(),
+                    learned.how.detail(),
+                    by(&source),
+                    disagree.join(", ")
+                ),
+                format!(
+                    "restart the replicas to learn it now, see {}",
+                    runbook("what-the-cluster-does")
+                ),
+            ),
+            // Not knowing is harmless where nothing could be tried yet; a failure is not.
+            (None, _) if matches!(outcome, Some(Outcome::NotTried(_))) || outcome.is_none() => {
+                Check::ok(
+                    &check_name,
+                    format!("not known yet ({})", learned.how.detail()),
+                )
+            }
+            (None, _) => Check::warning(
+                &check_name,
+                format!("not known ({})", learned.how.detail()),
+                format!("see {}", runbook("what-the-cluster-does")),
+            ),
+        };
+        checks.push(check);
+        merged.set(name, learned);
+    }
+    (checks, merged)
+}
+
+fn by(source: &str) -> String {
+    if source == "check" {
+        String::new()
+    } else {
+        format!(", as {source} learned it")
+    }
+}
+
+/// One `[+]capability <name> <value> (...)` line of a replica's `/readyz?verbose`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReplicaCapability {
+    pub name: Name,
+    /// `None`: the replica does not know it.
+    pub value: Option<crate::capabilities::Value>,
+    pub detail: String,
+}
+
+/// The capability lines of a replica's `/readyz?verbose`.
+pub(crate) fn replica_capabilities(text: &str) -> Vec<ReplicaCapability> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = ["[+]", "[!]", "[-]"]
+                .iter()
+                .find_map(|m| line.strip_prefix(m))?
+                .strip_prefix("capability ")?;
+            let (name, rest) = rest.split_once(' ')?;
+            let name = Name::parse(name)?;
+            let (value, detail) = rest.split_once(' ').unwrap_or((rest, ""));
+            let value = name.values().iter().copied().find(|v| v.as_str() == value);
+            let detail = detail.trim().trim_start_matches('(').trim_end_matches(')');
+            Some(ReplicaCapability {
+                name,
+                value,
+                detail: detail.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// The apiserver's version, what upstream does there by default, and what this cluster was
+/// seen to do (`cluster`): where the two differ (a vendor build, `--feature-gates`) the cluster
+/// wins. One of ours is called redundant only where the cluster was seen doing it natively,
+/// never from the version alone.
+pub(crate) fn version(
+    git_version: &Result<String, String>,
+    features: &Features,
+    cluster: &Capabilities,
+) -> Check {
     let name = "kubernetes version";
     let hint = format!("see {}", runbook("which-of-our-features-to-turn-off-there"));
     let text = match git_version {
         Ok(text) => text,
         Err(why) => return Check::warning(name, format!("/version failed: {why}"), hint),
     };
-    let Some(version) = Version::parse(text) else {
-        return Check::warning(name, format!("cannot read the version {text:?}"), hint);
-    };
-    let natives = versions::native(version);
+    let defaults = Version::parse(text).map(versions::native);
     // Ours is redundant only where the Deployment runs it.
     let ours_on = |kep: &str| match kep {
         "KEP-961" => features.max_unavailable,
         "KEP-3333" => features.retroactive_default_class,
         "KEP-2804" => features.conditions,
-        "KEP-284" => false,
-        _ => true,
+        _ => false,
     };
-    let redundant: Vec<String> = natives
-        .iter()
-        .filter(|n| n.native && ours_on(n.kep))
-        .map(|n| {
-            format!(
-                "{} (gate {} on by default): ours is redundant: {}",
-                n.kep,
-                n.gate.unwrap_or("none"),
-                n.ours
-            )
-        })
-        .collect();
-    let missing: Vec<&str> = natives
-        .iter()
-        .filter(|n| !n.native)
-        .map(|n| n.kep)
-        .collect();
-    let turned_off: Vec<&str> = natives
-        .iter()
-        .filter(|n| n.native && n.kep != "KEP-284" && !ours_on(n.kep))
-        .map(|n| n.kep)
-        .collect();
-    if redundant.is_empty() && turned_off.is_empty() {
-        Check::ok(
-            name,
-            format!(
-                "{text}: implements none of {} natively; all our features apply",
-                missing.join(", ")
+    let observed = |kep: &str| -> Option<(bool, String)> {
+        let (capability, native) = match kep {
+            "KEP-961" => (Name::MaxUnavailable, cluster.keeps_max_unavailable()?),
+            "KEP-3333" => (
+                Name::RetroactiveDefaultClass,
+                cluster.value(Name::RetroactiveDefaultClass)?.is_yes(),
             ),
-        )
-    } else if redundant.is_empty() {
-        Check::ok(
-            name,
-            format!(
-                "{text}: implements {} natively, where our part is off; {} apply",
-                turned_off.join(", "),
-                missing.join(", ")
+            "KEP-4650" => (
+                Name::NativeTemplateEdits,
+                cluster.value(Name::NativeTemplateEdits)?.is_yes(),
             ),
-        )
+            _ => return None,
+        };
+        let learned = cluster.get(capability);
+        Some((
+            native,
+            format!(
+                "{capability} {} ({})",
+                learned.value.map_or("unknown", |v| v.as_str()),
+                learned.how.source()
+            ),
+        ))
+    };
+    let mut native = Vec::new();
+    let mut apply = Vec::new();
+    let mut differs = Vec::new();
+    let mut redundant = Vec::new();
+    let mut unknown = Vec::new();
+    for kep in ["KEP-4650", "KEP-961", "KEP-3333", "KEP-284", "KEP-2804"] {
+        let default = defaults
+            .as_ref()
+            .and_then(|d| d.iter().find(|n| n.kep == kep).cloned());
+        match (kep, observed(kep)) {
+            // Expansion is built in everywhere we run; ours adds limits and warnings.
+            ("KEP-284", _) => native.push(kep.to_owned()),
+            // No release sets these conditions: nothing to observe.
+            ("KEP-2804", _) => apply.push(kep.to_owned()),
+            (_, Some((is_native, seen))) => {
+                if let Some(default) = &default
+                    && default.native != is_native
+                {
+                    differs.push(format!(
+                        "{kep}: upstream {}'s default is {} (gate {}), this cluster {} ({seen}): a vendor build or --feature-gates, and the cluster's answer is what counts",
+                        Version::parse(text).map_or_else(|| text.clone(), |v| v.to_string()),
+                        if default.native { "on" } else { "off" },
+                        default.gate.unwrap_or("none"),
+                        if is_native { "does it" } else { "does not" },
+                    ));
+                }
+                if is_native {
+                    native.push(kep.to_owned());
+                    if kep == "KEP-4650" {
+                        differs.push(
+                            "KEP-4650: the apiserver takes volumeClaimTemplate edits itself: the webhook leaves them to it (the native path is used)".to_owned(),
+                        );
+                    }
+                    if ours_on(kep) {
+                        redundant.push(format!(
+                            "{kep}: this cluster does it natively ({seen}): ours is redundant: {}",
+                            default.as_ref().map_or("", |d| d.ours)
+                        ));
+                    }
+                } else {
+                    apply.push(kep.to_owned());
+                }
+            }
+            (_, None) => unknown.push(kep.to_owned()),
+        }
+    }
+    let mut message = format!("{text}: natively {}", list_or_none(&native));
+    message.push_str(&format!("; ours apply: {}", list_or_none(&apply)));
+    if !unknown.is_empty() {
+        message.push_str(&format!(
+            "; not known yet whether it does {} (see the capability lines)",
+            unknown.join(", ")
+        ));
+    }
+    for note in differs.iter().chain(&redundant) {
+        message.push_str("; ");
+        message.push_str(note);
+    }
+    if redundant.is_empty() {
+        Check::ok(name, message)
     } else {
-        Check::warning(name, format!("{text}: {}", redundant.join("; ")), hint)
+        Check::warning(name, message, hint)
+    }
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".to_owned()
+    } else {
+        items.join(", ")
     }
 }
 
@@ -1047,34 +1228,6 @@ mod tests {
     }
 
     #[test]
-    fn the_gate_on_the_leaders_lease_is_a_line_of_its_own() {
-        let lease = |holder: &str, gate: Option<&str>| {
-            let mut l = json!({"spec": {"holderIdentity": holder}});
-            if let Some(gate) = gate {
-                l["metadata"] = json!({"annotations": {names::LEASE_MAX_UNAVAILABLE_GATE: gate}});
-            }
-            l
-        };
-        let status = |l: &Value| max_unavailable_gate(Some(l)).map(|c| (c.status, c.message));
-        assert_eq!(
-            status(&lease("a", Some("disabled"))).map(|s| s.0),
-            Some(Status::Ok)
-        );
-        assert_eq!(
-            status(&lease("a", Some("enabled"))).map(|s| s.0),
-            Some(Status::Ok)
-        );
-        let (st, message) =
-            status(&lease("a", Some("unknown: ApiError: forbidden (403)"))).expect("a line");
-        assert_eq!(st, Status::Warning);
-        assert!(message.contains("(ApiError: forbidden (403))"), "{message}");
-        // Nobody holds it (the lease line says so), or the leader does not drive maxUnavailable.
-        assert_eq!(status(&lease("", Some("disabled"))), None);
-        assert_eq!(status(&lease("a", None)), None);
-        assert_eq!(max_unavailable_gate(None), None);
-    }
-
-    #[test]
     fn a_probe_namespace_the_webhooks_skip_is_named() {
         let mut release = Release::of("stateful-admission", "ops");
         assert!(probe_namespace_excluded(&release, None).is_none());
@@ -1121,31 +1274,198 @@ mod tests {
         assert_eq!(names, ["sa-lock", "sa-certs", "sa"]);
     }
 
+    /// `check` on every captured apiserver (its own probes' answers as captured): the version
+    /// line never advises turning off a part the cluster's answers show is needed, calls ours
+    /// redundant only where the cluster does it, and says where the cluster differs from
+    /// upstream's default for its version.
     #[test]
-    fn versions_name_the_redundant_features() {
-        let version = |text: &str| version(&Ok(text.to_owned()), &Features::default());
-        let check = version("v1.28.3-gke.100");
-        assert_eq!(check.status, super::super::Status::Warning);
-        assert!(check.message.contains("KEP-3333"), "{}", check.message);
-        assert!(!check.message.contains("KEP-961"), "{}", check.message);
-        let check = version("v1.24.0");
-        assert_eq!(check.status, super::super::Status::Ok, "{}", check.message);
-        let check = version("v1.35.2");
-        assert!(check.message.contains("KEP-961"), "{}", check.message);
-        // A Deployment that turned our part off where the version has it: nothing to do.
-        let off = Features::from_args(&["--retroactive-default-class=false".to_owned()]);
-        let check = super::version(&Ok("v1.32.0".to_owned()), &off);
-        assert_eq!(check.status, super::super::Status::Ok, "{}", check.message);
-        assert_eq!(
-            check.message,
-            "v1.32.0: implements KEP-3333 natively, where our part is off; KEP-4650, KEP-961, KEP-2804 apply"
+    fn check_never_contradicts_what_each_captured_apiserver_does() {
+        use crate::capabilities::judge::captured;
+        for label in captured::LABELS {
+            let cluster = captured::capabilities(label);
+            let git = cluster.git_version.clone().expect("a version");
+            let check = version(&Ok(git.clone()), &Features::default(), &cluster);
+            let keeps = cluster.keeps_max_unavailable().expect("known");
+            let driver_off = "--max-unavailable-driver=false";
+            assert_eq!(
+                check.message.contains(driver_off),
+                keeps,
+                "{label}: {}",
+                check.message
+            );
+            let retro = cluster
+                .value(Name::RetroactiveDefaultClass)
+                .expect("known")
+                .is_yes();
+            assert_eq!(
+                check.message.contains("--retroactive-default-class=false"),
+                retro,
+                "{label}: {}",
+                check.message
+            );
+            // A warning exactly where something of ours runs that the cluster does itself.
+            assert_eq!(
+                check.status == Status::Warning,
+                keeps || retro,
+                "{label}: {}",
+                check.message
+            );
+            assert!(
+                check.message.starts_with(&format!("{git}: natively ")),
+                "{}",
+                check.message
+            );
+            // Each capability line says what the captured answers said, learned by check itself.
+            let round = crate::capabilities::probe::Round {
+                git_version: Ok(git.clone()),
+                outcomes: cluster
+                    .iter()
+                    .map(|(n, l)| (n, crate::capabilities::probe::Outcome::Learned(l.clone())))
+                    .collect(),
+            };
+            let (lines, merged) = capabilities(&round, &[]);
+            assert_eq!(merged.keeps_max_unavailable(), Some(keeps));
+            assert!(
+                lines.iter().all(|l| l.status == Status::Ok),
+                "{label}: {lines:?}"
+            );
+            let mu = lines
+                .iter()
+                .find(|l| l.name == "capability max-unavailable")
+                .expect("a line");
+            assert!(
+                mu.message.starts_with(if keeps {
+                    "kept"
+                } else if label == "v1.24" {
+                    "absent"
+                } else {
+                    "dropped"
+                }),
+                "{label}: {}",
+                mu.message
+            );
+        }
+        // v1.35.3 as captured (a build whose gate is off, unlike upstream 1.35.0's default):
+        // the line says so, and keeps our driver.
+        let cluster = captured::capabilities("v1.35");
+        let check = version(
+            &Ok(cluster.git_version.clone().expect("v")),
+            &Features {
+                retroactive_default_class: false,
+                ..Features::default()
+            },
+            &cluster,
         );
-        let check = super::version(&Ok("v1.35.2".to_owned()), &off);
-        assert_eq!(check.status, super::super::Status::Warning);
+        assert_eq!(check.status, Status::Ok, "{}", check.message);
         assert!(
-            check.message.contains("KEP-961") && !check.message.contains("KEP-3333"),
+            check.message.contains("KEP-961: upstream 1.35.3's default is on (gate MaxUnavailableStatefulSet), this cluster does not (max-unavailable dropped (probe))"),
             "{}",
             check.message
         );
+        assert!(
+            check
+                .message
+                .contains("ours apply: KEP-4650, KEP-961, KEP-2804"),
+            "{}",
+            check.message
+        );
+    }
+
+    #[test]
+    fn without_an_answer_the_version_line_gives_no_advice() {
+        let unknown = Capabilities::default();
+        let check = version(&Ok("v1.35.2".to_owned()), &Features::default(), &unknown);
+        assert_eq!(check.status, Status::Ok, "{}", check.message);
+        assert!(!check.message.contains("redundant"), "{}", check.message);
+        assert!(
+            check
+                .message
+                .contains("not known yet whether it does KEP-4650, KEP-961, KEP-3333"),
+            "{}",
+            check.message
+        );
+        let broken = version(
+            &Err("connection refused".into()),
+            &Features::default(),
+            &unknown,
+        );
+        assert_eq!(broken.status, Status::Warning);
+    }
+
+    #[test]
+    fn capability_lines_come_from_check_and_else_from_the_replicas() {
+        use crate::capabilities::probe::{Outcome, Round};
+        use crate::capabilities::{Learned, Value};
+        let round = Round {
+            git_version: Ok("v1.36.2".into()),
+            outcomes: vec![
+                (
+                    Name::MaxUnavailable,
+                    Outcome::Learned(Learned::probed(Value::Dropped, "dry run")),
+                ),
+                (
+                    Name::RetroactiveDefaultClass,
+                    Outcome::NotTried("no class-less claim".into()),
+                ),
+                (
+                    Name::ExpansionRecovery,
+                    Outcome::NotTried("no expanding claim".into()),
+                ),
+                (
+                    Name::ClaimVolumeAttributesClass,
+                    Outcome::Failed("500".into()),
+                ),
+            ],
+        };
+        let leader = "[+]tls ok\n[+]capability max-unavailable kept (probe: dry-run create)\n[+]capability retroactive-default-class accepted (evidence: claim db/data was given class \"fast\")\n[!]capability expansion-recovery unknown (no bound claim with an expansion in flight)\nreadyz check passed\n";
+        let (lines, merged) = capabilities(&round, &[("sa-1".into(), Ok(leader.into()))]);
+        let line = |name: &str| {
+            lines
+                .iter()
+                .find(|l| l.name == format!("capability {name}"))
+                .expect(name)
+        };
+        let mu = line("max-unavailable");
+        assert_eq!(mu.status, Status::Warning, "{}", mu.message);
+        assert!(mu.message.contains("sa-1 says kept"), "{}", mu.message);
+        assert_eq!(
+            merged.value(Name::MaxUnavailable),
+            Some(Value::Dropped),
+            "check's own answer wins"
+        );
+        let retro = line("retroactive-default-class");
+        assert_eq!(retro.status, Status::Ok);
+        assert!(
+            retro
+                .message
+                .starts_with("accepted (evidence: replica sa-1: evidence: claim db/data"),
+            "{}",
+            retro.message
+        );
+        assert!(
+            retro.message.ends_with("as replica sa-1 learned it"),
+            "{}",
+            retro.message
+        );
+        assert_eq!(
+            line("expansion-recovery").status,
+            Status::Ok,
+            "not tried: nothing needs it yet"
+        );
+        assert_eq!(
+            line("claim-volume-attributes-class").status,
+            Status::Warning,
+            "a failure is said"
+        );
+        // The replicas line leaves capability lines to these.
+        let replicas_line = replicas(&[("sa-1".into(), Ok(leader.into()))]).expect("a line");
+        assert_eq!(
+            replicas_line.status,
+            Status::Ok,
+            "{}",
+            replicas_line.message
+        );
+        // Hostile readyz text: unknown names and values are skipped, nothing panics.
+        assert!(replica_capabilities("[+]capability\n[+]capability x y\n[+]capability max-unavailable\n[+]capability max-unavailable 😀 (").iter().all(|c| c.value.is_none()));
     }
 }

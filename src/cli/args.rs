@@ -8,8 +8,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::admission::{AdmissionMode, Policy};
+use crate::capabilities::{self, run::Settings as ProberSettings};
 use crate::controller::executor;
-use crate::controller::max_unavailable::{self, GateMode};
 use crate::controller::{ControllerConfig, Features};
 use crate::telemetry::LogFormat;
 use crate::write_limit;
@@ -188,6 +188,20 @@ pub struct PolicyArgs {
         value_name = "enforce|warn"
     )]
     pub admission_mode: AdmissionModeArg,
+    /// What the cluster does, stated instead of learned (repeatable or comma-separated
+    /// NAME=VALUE, e.g. claim-volume-attributes-class=dropped): for clusters whose policies
+    /// refuse the probes, and for review, which has no cluster to ask. Names: max-unavailable,
+    /// claim-volume-attributes-class (kept|dropped|absent), volume-attributes-class-api
+    /// (v1|v1beta1|v1alpha1|none), retroactive-default-class, expansion-recovery
+    /// (accepted|refused), native-template-edits (volumeClaimUpdatePolicy|volumeClaimUpdateStrategy|no).
+    #[arg(
+        long = "capability",
+        env = "STATEFUL_ADMISSION_CAPABILITY",
+        value_delimiter = ',',
+        value_name = "NAME=VALUE",
+        value_parser = capabilities::parse_flag
+    )]
+    pub capabilities: Vec<(capabilities::Name, capabilities::Value)>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -213,7 +227,12 @@ impl PolicyArgs {
                 AdmissionModeArg::Enforce => AdmissionMode::Enforce,
                 AdmissionModeArg::Warn => AdmissionMode::Warn,
             },
-            ..Policy::default()
+            capabilities: std::sync::Arc::new(
+                capabilities::Capabilities::unknown(
+                    "offline: no cluster to learn from (state it with --capability)",
+                )
+                .with_flags(&self.capabilities),
+            ),
         }
     }
 }
@@ -374,7 +393,8 @@ pub struct ControllerArgs {
     #[arg(long, env = "STATEFUL_ADMISSION_MAX_UNAVAILABLE_DRIVER", default_value_t = true, action = clap::ArgAction::Set)]
     pub max_unavailable_driver: bool,
     /// The apiserver's MaxUnavailableStatefulSet gate: auto probes it with a dry-run create of
-    /// a StatefulSet in the controller namespace; enabled or disabled skips the probe.
+    /// a StatefulSet in the controller namespace; enabled or disabled states it (the same as
+    /// --capability max-unavailable=kept or =dropped) and skips the probe.
     #[arg(
         long,
         env = "STATEFUL_ADMISSION_MAX_UNAVAILABLE_GATE",
@@ -382,9 +402,10 @@ pub struct ControllerArgs {
         default_value = "auto"
     )]
     pub max_unavailable_gate: GateArg,
-    /// Time between gate probes.
-    #[arg(long, env = "STATEFUL_ADMISSION_MAX_UNAVAILABLE_GATE_PROBE_INTERVAL", default_value = "1h", value_parser = parse_duration)]
-    pub max_unavailable_gate_probe_interval: Duration,
+    /// Time between probes of what the cluster does (discovery, OpenAPI and dry runs in the
+    /// controller namespace); a /version change probes again at once.
+    #[arg(long, alias = "max-unavailable-gate-probe-interval", env = "STATEFUL_ADMISSION_CAPABILITY_PROBE_INTERVAL", default_value = "1h", value_parser = parse_duration)]
+    pub capability_probe_interval: Duration,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -423,15 +444,6 @@ impl ControllerArgs {
                 conditions: self.statefulset_conditions,
                 max_unavailable: self.max_unavailable_driver,
             },
-            max_unavailable: max_unavailable::Settings {
-                gate: match self.max_unavailable_gate {
-                    GateArg::Auto => GateMode::Auto,
-                    GateArg::Enabled => GateMode::Enabled,
-                    GateArg::Disabled => GateMode::Disabled,
-                },
-                probe_interval: self.max_unavailable_gate_probe_interval,
-                ..max_unavailable::Settings::default()
-            },
             converge_poll: self.converge_poll,
             mode: match self.controller_mode {
                 ControllerModeArg::Enforce => executor::Mode::Enforce,
@@ -439,6 +451,31 @@ impl ControllerArgs {
             },
             ..ControllerConfig::default()
         })
+    }
+
+    /// How the capability prober of `serve` runs: in the controller namespace (also where the
+    /// controller is off: the chart's release namespace), with the values `stated` by
+    /// `--capability` and `--max-unavailable-gate`.
+    pub fn prober(&self, stated: &[(capabilities::Name, capabilities::Value)]) -> ProberSettings {
+        let mut flags = stated.to_vec();
+        let gate = match self.max_unavailable_gate {
+            GateArg::Auto => None,
+            GateArg::Enabled => Some(capabilities::Value::Kept),
+            GateArg::Disabled => Some(capabilities::Value::Dropped),
+        };
+        if let Some(value) = gate
+            && !flags
+                .iter()
+                .any(|(n, _)| *n == capabilities::Name::MaxUnavailable)
+        {
+            flags.push((capabilities::Name::MaxUnavailable, value));
+        }
+        ProberSettings {
+            namespace: self.controller_namespace.clone(),
+            interval: self.capability_probe_interval,
+            flags,
+            ..ProberSettings::default()
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use kube::{Client, Resource};
 use super::ControllerConfig;
 use super::action::Report;
 use super::executor::Executor;
+use crate::capabilities::CapabilityCell;
 use crate::cluster::ClusterView;
 
 /// Errors of a reconcile; the object is retried with backoff.
@@ -29,6 +30,9 @@ pub struct Ctx {
     pub view: ClusterView,
     /// Where every write and Event goes: field manager, expectations, report-once, mode.
     pub exec: Executor,
+    /// What the cluster does (shared with the webhook and the prober): read it, and record
+    /// what a write's answer shows of it.
+    pub capabilities: CapabilityCell,
 }
 
 impl Ctx {
@@ -37,12 +41,14 @@ impl Ctx {
         config: ControllerConfig,
         view: ClusterView,
         exec: Executor,
+        capabilities: CapabilityCell,
     ) -> Self {
         Self {
             client,
             config,
             view,
             exec,
+            capabilities,
         }
     }
 

@@ -26,6 +26,7 @@ use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+use crate::capabilities::CapabilityCell;
 use crate::cluster::{ClusterView, Kind, Kinds};
 use crate::health::{self, Health};
 use claim_rollout::ClaimRollout;
@@ -34,7 +35,7 @@ pub use context::{Ctx, Error};
 use convergence::Convergence;
 use default_class::RetroactiveDefaultClass;
 pub use leader::LeaseTiming;
-use max_unavailable::{GateCell, MaxUnavailable};
+use max_unavailable::MaxUnavailable;
 use metrics::ControllerMetrics;
 use sets::SetFeatures;
 pub use snapshot::SetSnapshot;
@@ -69,7 +70,7 @@ impl Default for Features {
 /// Settings of the controller, from the command line.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
-    /// Namespace of the Lease, the journals and the gate probe (the controller's own).
+    /// Namespace of the Lease and the journals (the controller's own).
     pub namespace: String,
     /// This replica's name in the Lease (the pod name).
     pub identity: String,
@@ -78,8 +79,6 @@ pub struct ControllerConfig {
     /// Every object is reconciled again at least this often.
     pub resync: Duration,
     pub features: Features,
-    /// How the maxUnavailable driver learns the apiserver's gate.
-    pub max_unavailable: max_unavailable::Settings,
     /// How often a convergence in flight (a set being deleted, a journal whose set is gone)
     /// is looked at again.
     pub converge_poll: Duration,
@@ -96,7 +95,6 @@ impl Default for ControllerConfig {
             timing: LeaseTiming::default(),
             resync: Duration::from_secs(300),
             features: Features::default(),
-            max_unavailable: max_unavailable::Settings::default(),
             converge_poll: Duration::from_secs(1),
             mode: executor::Mode::Enforce,
         }
@@ -111,13 +109,18 @@ pub struct Controller {
     actions: executor::ActionMetrics,
     features: SetFeatures,
     default_class: Option<Arc<RetroactiveDefaultClass>>,
-    gate: GateCell,
+    capabilities: CapabilityCell,
     health: Arc<Health>,
 }
 
 impl Controller {
-    /// `gate` is the cell the probe writes and the webhook reads (the entry point owns it).
-    pub fn new(config: ControllerConfig, registry: &mut Registry, gate: GateCell) -> Self {
+    /// `capabilities` is the cell the prober writes and the webhook reads (the entry point
+    /// owns it); every feature reads what the cluster does from it.
+    pub fn new(
+        config: ControllerConfig,
+        registry: &mut Registry,
+        capabilities: CapabilityCell,
+    ) -> Self {
         let metrics = Arc::new(ControllerMetrics::register(registry));
         let actions = executor::ActionMetrics::register(registry);
         let f = &config.features;
@@ -130,15 +133,9 @@ impl Controller {
             conditions: f
                 .conditions
                 .then(|| Arc::new(Conditions::register(registry))),
-            max_unavailable: f.max_unavailable.then(|| {
-                let feature = MaxUnavailable::register(
-                    registry,
-                    config.max_unavailable.clone(),
-                    gate.clone(),
-                );
-                feature.configure();
-                Arc::new(feature)
-            }),
+            max_unavailable: f
+                .max_unavailable
+                .then(|| Arc::new(MaxUnavailable::register(registry, capabilities.clone()))),
         };
         let default_class = f
             .retroactive_default_class
@@ -149,16 +146,13 @@ impl Controller {
             actions,
             features,
             default_class,
-            gate,
+            capabilities,
             health: Arc::default(),
         }
     }
 
     /// Where the controller says what it is doing and waiting for (`/readyz?verbose`).
     pub fn with_health(mut self, health: Arc<Health>) -> Self {
-        if let Some(feature) = &self.features.max_unavailable {
-            feature.report_to(health.clone());
-        }
         self.health = health;
         self
     }
@@ -216,9 +210,12 @@ impl Controller {
         );
         elector = elector.with_health(self.health.clone());
         if self.config.features.max_unavailable {
-            let gate = self.gate.clone();
+            let capabilities = self.capabilities.clone();
             elector = elector.with_status(Box::new(move || {
-                vec![(crate::names::LEASE_MAX_UNAVAILABLE_GATE, gate_text(&gate))]
+                vec![(
+                    crate::names::LEASE_MAX_UNAVAILABLE_GATE,
+                    gate_text(&capabilities.get()),
+                )]
             }));
         }
         loop {
@@ -238,6 +235,7 @@ impl Controller {
                 self.config.clone(),
                 view.clone(),
                 exec,
+                self.capabilities.clone(),
             ));
             // Aborted with this future: a controller that is dropped (a crash, in tests) must
             // not keep acting.
@@ -293,11 +291,11 @@ impl Controller {
 const HEALTH: &str = "controller";
 
 /// The gate as the Lease tells it: `enabled`, `disabled`, or `unknown` with why.
-fn gate_text(gate: &max_unavailable::GateCell) -> String {
-    match (gate.get(), gate.why_unknown()) {
-        (max_unavailable::GateStatus::Unknown, Some(why)) => format!("unknown: {why}"),
-        (max_unavailable::GateStatus::Unknown, None) => "unknown: not probed yet".to_owned(),
-        (known, _) => known.as_str().to_owned(),
+fn gate_text(capabilities: &crate::capabilities::Capabilities) -> String {
+    let learned = capabilities.get(crate::capabilities::Name::MaxUnavailable);
+    match max_unavailable::GateStatus::of(capabilities) {
+        max_unavailable::GateStatus::Unknown => format!("unknown: {}", learned.how.detail()),
+        known => known.as_str().to_owned(),
     }
 }
 
@@ -358,12 +356,10 @@ async fn run_features(
             default_class.run(ctx.clone(), stop.clone()).await;
         }
     };
-    let gate = async {
+    let sweep = async {
         if let Some(max_unavailable) = &set_features.max_unavailable {
-            max_unavailable
-                .run_gate_probe(ctx.clone(), stop.clone())
-                .await;
+            max_unavailable.run_sweep(ctx.clone(), stop.clone()).await;
         }
     };
-    tokio::join!(sets, journals, classes, gate);
+    tokio::join!(sets, journals, classes, sweep);
 }

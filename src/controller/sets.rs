@@ -197,17 +197,21 @@ pub(crate) async fn run(
     )
     .flatten();
     // Sets whose maxUnavailable budget waited for the gate, once it is known.
-    let learned = futures::stream::unfold(features.max_unavailable.clone(), |feature| async move {
-        let sets = match &feature {
-            Some(feature) => feature.deferred_once_learned().await,
-            None => std::future::pending().await,
-        };
-        let refs = sets
-            .into_iter()
-            .map(|(namespace, name)| key_ref(&namespace, &name))
-            .collect::<Vec<_>>();
-        Some((futures::stream::iter(refs), feature))
-    })
+    let capabilities = features.max_unavailable.as_ref().map(|f| f.subscribe());
+    let learned = futures::stream::unfold(
+        (features.max_unavailable.clone(), capabilities),
+        |(feature, mut changes)| async move {
+            let sets = match (&feature, changes.as_mut()) {
+                (Some(feature), Some(changes)) => feature.deferred_once_learned(changes).await?,
+                _ => std::future::pending().await,
+            };
+            let refs = sets
+                .into_iter()
+                .map(|(namespace, name)| key_ref(&namespace, &name))
+                .collect::<Vec<_>>();
+            Some((futures::stream::iter(refs), (feature, changes)))
+        },
+    )
     .flatten();
     // Ending the queue lets reconciles in flight finish, then ends the applier.
     let queue = futures::stream::iter(first)

@@ -621,6 +621,14 @@ mod tests {
         plain(a) == plain(b) && a.types == b.types
     }
 
+    /// A captured review (tests/fixtures/apiserver-behaviour) with its placeholders for values
+    /// that change from run to run (`<uid>`, `<time>`, `<resourceVersion>`) filled in.
+    fn filled(text: &str) -> String {
+        text.replace("<uid>", "6f2d9c5e-1111-4a3b-9c2d-0123456789ab")
+            .replace("<time>", "2026-01-01T00:00:00Z")
+            .replace("<resourceVersion>", "1")
+    }
+
     fn fixtures() -> Vec<(String, Value)> {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut out = Vec::new();
@@ -634,7 +642,7 @@ mod tests {
                 if path.is_dir() {
                     stack.push(path);
                 } else if path.extension().is_some_and(|e| e == "json") {
-                    let text = std::fs::read_to_string(&path).expect("fixture");
+                    let text = filled(&std::fs::read_to_string(&path).expect("fixture"));
                     if let Ok(v) = serde_json::from_str::<Value>(&text)
                         && v.get("request").is_some_and(Value::is_object)
                     {

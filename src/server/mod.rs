@@ -19,7 +19,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{GateCell, Policy};
+use crate::admission::Policy;
+use crate::capabilities::CapabilityCell;
 use crate::cluster::{ClusterView, Kind, Kinds};
 use crate::health::Health;
 pub use listener::ListenerLimits;
@@ -68,7 +69,7 @@ pub struct Server {
     config: ServeConfig,
     view: ClusterView,
     registry: Registry,
-    max_unavailable_gate: GateCell,
+    capabilities: Option<CapabilityCell>,
     companion: Option<Companion>,
     /// What the other parts of the process say of themselves, for `/readyz?verbose`.
     health: Arc<Health>,
@@ -81,7 +82,7 @@ impl Server {
             config,
             view,
             registry: Registry::with_prefix("stateful_admission"),
-            max_unavailable_gate: GateCell::default(),
+            capabilities: None,
             companion: None,
             health: Arc::default(),
         }
@@ -97,10 +98,10 @@ impl Server {
         &mut self.registry
     }
 
-    /// Shares the maxUnavailable gate as the controller's probe finds it with the rules.
-    pub fn with_max_unavailable_gate(self, gate: GateCell) -> Self {
+    /// Shares what the capability prober learns with the rules.
+    pub fn with_capabilities(self, capabilities: CapabilityCell) -> Self {
         Self {
-            max_unavailable_gate: gate,
+            capabilities: Some(capabilities),
             ..self
         }
     }
@@ -118,7 +119,7 @@ impl Server {
             config,
             view,
             mut registry,
-            max_unavailable_gate,
+            capabilities,
             companion,
             health,
         } = self;
@@ -194,8 +195,10 @@ impl Server {
                 .await
         });
 
-        let mut state = routes::AdmissionState::new(view, config.policy.clone(), metrics.clone())
-            .with_max_unavailable_gate(max_unavailable_gate);
+        let mut state = routes::AdmissionState::new(view, config.policy.clone(), metrics.clone());
+        if let Some(capabilities) = capabilities {
+            state = state.with_capabilities(capabilities);
+        }
         // A drain that outlasted the request timeout would turn a 413 or 415 into a 408.
         state.early_reply_drain.timeout = state
             .early_reply_drain

@@ -15,8 +15,8 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
 use super::metrics::{Metrics, ReviewLabels};
-use crate::admission::GateCell;
 use crate::admission::{self, Context, Phase, Policy};
+use crate::capabilities::CapabilityCell;
 use crate::cluster::ClusterView;
 use crate::review::{self, BadReview};
 
@@ -92,9 +92,9 @@ pub struct AdmissionState {
     pub policy: Policy,
     pub metrics: Arc<Metrics>,
     pub evaluator: Evaluator,
-    /// The apiserver's maxUnavailable gate as the controller's probe found it (the same
-    /// cell the controller writes when both run in `serve`; unknown otherwise).
-    pub max_unavailable_gate: GateCell,
+    /// What the cluster does, as the prober of `serve` keeps it (unknown, or the policy's
+    /// own, when nothing probes).
+    pub capabilities: Option<CapabilityCell>,
     pub body_budget: Arc<BodyBudget>,
     pub early_reply_drain: EarlyReplyDrain,
 }
@@ -106,24 +106,27 @@ impl AdmissionState {
             policy,
             metrics,
             evaluator: admission::evaluate,
-            max_unavailable_gate: GateCell::default(),
+            capabilities: None,
             body_budget: Arc::new(BodyBudget::new(BODY_BUDGET_BYTES as u32)),
             early_reply_drain: EarlyReplyDrain::default(),
         }
     }
 
-    /// Shares the controller's gate state with the rules.
-    pub fn with_max_unavailable_gate(self, gate: GateCell) -> Self {
+    /// Shares what the prober learns with the rules.
+    pub fn with_capabilities(self, capabilities: CapabilityCell) -> Self {
         Self {
-            max_unavailable_gate: gate,
+            capabilities: Some(capabilities),
             ..self
         }
     }
 
-    /// The policy for one request: the flags, and the gate as last probed.
+    /// The policy for one request: the flags, and the capabilities as last learned (a
+    /// snapshot from memory: no API call on the admission path).
     pub fn policy(&self) -> Policy {
-        self.policy
-            .with_max_unavailable_gate(self.max_unavailable_gate.get())
+        match &self.capabilities {
+            Some(cell) => self.policy.with_capabilities(cell.get()),
+            None => self.policy.clone(),
+        }
     }
 }
 

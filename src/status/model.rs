@@ -824,7 +824,7 @@ fn present(
                 .and_then(|s| s.storage_class_name.as_deref())
                 .and_then(|class| inputs.classes.get("", class))
                 .map_or(!classes_known, |sc| sc.allow_volume_expansion == Some(true));
-            let assessment = plan::assess(template, claim, expandable);
+            let assessment = plan::assess(template, claim, expandable, rollout.cluster);
             let failure = resize_failure(claim);
             let (state, message) = match assessment {
                 Assessment::Compatible => (ClaimState::Compatible, None),

@@ -57,8 +57,11 @@ async fn install() -> Install {
         .expect("port");
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let api = FakeApiServer::start().await;
-    // A version that implements none of the five proposals natively.
-    api.configure(|c| c.git_version = "v1.24.17".to_owned());
+    // A version that implements none of the five proposals natively, and does as it says.
+    api.configure(|c| {
+        c.git_version = "v1.24.17".to_owned();
+        c.drop_statefulset_max_unavailable = true;
+    });
     api.add_admission_hook(std::sync::Arc::new(HttpsHook::new([(
         (NS.to_owned(), NAME.to_owned(), 443),
         addr,
@@ -470,18 +473,42 @@ async fn a_denied_permission_fails_and_refused_impersonation_warns() {
     );
 }
 
+/// A version whose upstream default keeps maxUnavailable (1.35.2), on a cluster that drops it
+/// (a vendor build, `--feature-gates`): check says so and keeps our driver; where the cluster
+/// keeps the field, ours is named redundant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_version_names_the_features_it_makes_redundant() {
+async fn the_version_line_judges_by_what_the_cluster_does() {
     let install = install().await;
     install
         .api
         .configure(|c| c.git_version = "v1.35.2".to_owned());
     let report = check(&install.api).await;
     assert!(!report.failed(), "{}", report.text());
+    let text = report.text();
+    let line = text
+        .lines()
+        .find(|l| l.contains("kubernetes version:"))
+        .expect("a version line");
+    assert!(line.starts_with("ok "), "{line}");
+    assert!(
+        line.contains("KEP-961: upstream 1.35.2's default is on")
+            && line.contains("this cluster does not"),
+        "{line}"
+    );
+    assert!(!line.contains("--max-unavailable-driver=false"), "{line}");
+    assert!(
+        text.contains("capability max-unavailable: dropped (probe:"),
+        "{text}"
+    );
+
+    install
+        .api
+        .configure(|c| c.drop_statefulset_max_unavailable = false);
+    let report = check(&install.api).await;
     assert_eq!(status_of(&report, "kubernetes version"), Status::Warning);
     let text = report.text();
     assert!(
-        text.contains("KEP-961") && text.contains("KEP-3333"),
+        text.contains("KEP-961: this cluster does it natively (max-unavailable kept (probe)): ours is redundant"),
         "{text}"
     );
 }

@@ -78,8 +78,8 @@ fn every_flag_s_environment_name_follows_the_rule() {
             with_env += usize::from(env.is_some());
         }
     }
-    // serve's flags, and review's --state and five policy flags.
-    assert_eq!(with_env, serve_flags.len() + 6);
+    // serve's flags, and review's --state and six policy flags.
+    assert_eq!(with_env, serve_flags.len() + 7);
 }
 
 #[test]

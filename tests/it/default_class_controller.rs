@@ -51,10 +51,12 @@ fn class_of(api: &FakeApiServer, namespace: &str, name: &str) -> Option<String> 
         .and_then(|s| s.storage_class_name)
 }
 
+/// Claim patches that could change a claim (not the capability probes' dry runs).
 fn claim_patches(api: &FakeApiServer) -> Vec<(String, u16)> {
     api.writes()
         .into_iter()
         .filter(|r| r.method == "PATCH" && r.path.contains("/persistentvolumeclaims/"))
+        .filter(|r| !r.is_dry_run())
         .map(|r| (r.path, r.code))
         .collect()
 }
@@ -301,30 +303,51 @@ async fn a_claim_bound_meanwhile_is_left_alone() {
     controller.stop().await;
 }
 
+/// An apiserver that refuses to give a class-less claim a class (KEP-3333's gate off or
+/// absent): the first refusal is reported once on the claim and teaches the controller, which
+/// sends no more such patches, for this claim or others, until the apiserver's version changes.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
     let api = FakeApiServer::start().await;
-    api.configure(|c| c.retroactive_default_class_allowed = false);
+    api.configure(|c| {
+        c.retroactive_default_class_allowed = false;
+        c.git_version = "v1.24.17".to_owned();
+    });
     claim(&api, "default", "data", json!({}), json!({}));
     // A short resync: the rejected claim is looked at many times.
-    let controller = RunningController::start(&api, settings(Duration::from_millis(200)));
+    let controller = RunningController::start_with(
+        &api,
+        settings(Duration::from_millis(200)),
+        stateful_admission::capabilities::run::Settings {
+            version_check: Duration::from_millis(200),
+            ..crate::support::controller::prober()
+        },
+    );
     leading(&controller).await;
     class(&api, "gold", true, "2024-01-01T00:00:00Z");
-    assert!(eventually(Duration::from_secs(15), || !claim_patches(&api).is_empty()).await);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        claim_patches(&api).len(),
-        1,
-        "one attempt per claim version, whatever the resyncs"
+    // The refusal is learned either by the capability probe's dry run on this very claim or
+    // by the controller's first patch, whichever comes first; never more than one patch.
+    assert!(
+        eventually(Duration::from_secs(15), || !events(
+            &api,
+            "DefaultStorageClassRejected"
+        )
+        .is_empty())
+        .await
     );
-    assert_eq!(claim_patches(&api)[0].1, 422);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let patches = claim_patches(&api);
+    assert!(
+        patches.len() <= 1 && patches.iter().all(|(_, code)| *code == 422),
+        "at most one attempt per claim version, whatever the resyncs: {patches:?}"
+    );
     assert_eq!(
         metric(&controller, "retroactive_storageclass_total"),
-        Some(1)
+        Some(patches.len() as u64)
     );
     assert_eq!(
         metric(&controller, "retroactive_storageclass_errors_total"),
-        Some(1)
+        Some(patches.len() as u64)
     );
     let rejected = events(&api, "DefaultStorageClassRejected");
     assert_eq!(rejected.len(), 1);
@@ -334,8 +357,14 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         "{note}"
     );
     assert!(rejected[0].series.is_none(), "not repeated");
+    let metrics = controller.metrics();
+    assert!(
+        metrics.contains(r#"capability{capability="retroactive-default-class",value="refused""#),
+        "{metrics}"
+    );
 
-    // A change to the claim is worth one more try; the report is not repeated.
+    // A change to the claim, and another class-less claim: the apiserver is known to refuse,
+    // so nothing is sent; the new claim is told once why it keeps no class.
     claim(
         &api,
         "default",
@@ -343,19 +372,39 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         json!({}),
         json!({"labels": {"edited": "yes"}}),
     );
-    assert!(eventually(Duration::from_secs(15), || claim_patches(&api).len() == 2).await);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(claim_patches(&api).len(), 2);
-    assert_eq!(
-        metric(&controller, "retroactive_storageclass_errors_total"),
-        Some(2)
+    claim(&api, "default", "logs", json!({}), json!({}));
+    assert!(
+        eventually(Duration::from_secs(15), || events(
+            &api,
+            "DefaultStorageClassRejected"
+        )
+        .len()
+            == 2)
+        .await
     );
-    let rejected = events(&api, "DefaultStorageClassRejected");
-    assert_eq!(rejected.len(), 1);
-    assert!(rejected[0].series.is_none());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        claim_patches(&api),
+        patches,
+        "no patch the apiserver refuses"
+    );
+    let logs = events(&api, "DefaultStorageClassRejected")
+        .into_iter()
+        .find(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("logs"))
+        .expect("the new claim is told");
+    let note = logs.note.unwrap_or_default();
+    assert!(
+        note.contains("the apiserver refuses to give a class-less claim a class (")
+            && note.contains("claim default/data"),
+        "{note}"
+    );
 
-    // After an upgrade, the next change gets the class.
-    api.configure(|c| c.retroactive_default_class_allowed = true);
+    // An upgrade (a new /version) learns it again: the next change gets the class.
+    api.configure(|c| {
+        c.retroactive_default_class_allowed = true;
+        c.git_version = "v1.28.3".to_owned();
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
     claim(
         &api,
         "default",

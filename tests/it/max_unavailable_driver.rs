@@ -13,7 +13,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use stateful_admission::admission::{self, GateStatus};
-use stateful_admission::controller::max_unavailable::{GateCell, GateMode};
+use stateful_admission::capabilities::{self, CapabilityCell};
 use stateful_admission::controller::{ControllerConfig, Features};
 use tokio::time::Instant;
 
@@ -250,8 +250,9 @@ async fn roll_with(policy: &str, drop_max_unavailable: bool, probes: Probes) -> 
     let sim = running_set(&api, policy, true).await;
     match probes {
         Probes::Answered => {}
-        Probes::FailFirst(n) => api.fail_next("POST", "dryRun=All", 500, n),
-        Probes::FailAlways => api.fail_next("POST", "dryRun=All", 500, usize::MAX),
+        // The StatefulSet dry run in the controller namespace: the gate's probe.
+        Probes::FailFirst(n) => api.fail_next("POST", GATE_PROBE, 500, n),
+        Probes::FailAlways => api.fail_next("POST", GATE_PROBE, 500, usize::MAX),
     }
     let stored = api.get::<StatefulSet>(NS, SET).expect("stored");
     let native = stored
@@ -266,17 +267,16 @@ async fn roll_with(policy: &str, drop_max_unavailable: bool, probes: Probes) -> 
     );
 
     let controller = RunningController::start(&api, driver_config("replica-a"));
-    let want_gate = match probes {
-        Probes::FailAlways => -1,
-        _ if drop_max_unavailable => 0,
-        _ => 1,
+    // The probe's own answer (a set's evidence may tell the gate before it): failed probes
+    // are retried after 1 s, 2 s, 4 s, so three are behind in about 7 s.
+    let want_probe = match probes {
+        Probes::FailAlways => "max_unavailable_gate_probes_total{result=\"error\"}",
+        _ if drop_max_unavailable => "max_unavailable_gate_probes_total{result=\"disabled\"} 1",
+        _ => "max_unavailable_gate_probes_total{result=\"enabled\"} 1",
     };
-    // Failed probes are retried after 1 s, 2 s, 4 s: three are behind in about 7 s.
     assert!(
         eventually(Duration::from_secs(15), || {
-            controller
-                .metrics()
-                .contains(&format!("max_unavailable_gate_enabled {want_gate}"))
+            controller.metrics().contains(want_probe)
         })
         .await,
         "the gate is probed: {}",
@@ -432,10 +432,16 @@ async fn without_evidence_a_set_is_told_why_and_driven_once_the_gate_is_known() 
         r.max_unavailable = None;
     }
     let sim = running(&api, &set, true).await;
-    api.fail_next("POST", "dryRun=All", 500, usize::MAX);
-    let mut cfg = driver_config("replica-a");
-    cfg.max_unavailable.probe_retry = Duration::from_millis(300);
-    let controller = RunningController::start(&api, cfg);
+    api.fail_next("POST", GATE_PROBE, 500, usize::MAX);
+    let cfg = driver_config("replica-a");
+    let controller = RunningController::start_with(
+        &api,
+        cfg,
+        capabilities::run::Settings {
+            retry_cap: Duration::from_millis(300),
+            ..crate::support::controller::prober()
+        },
+    );
     assert!(
         eventually(Duration::from_secs(10), || controller
             .metrics()
@@ -564,6 +570,10 @@ async fn a_restart_mid_rollout_neither_breaks_the_budget_nor_stalls() {
     assert!(o.max_unavailable <= MAX_UNAVAILABLE);
 }
 
+/// What the gate probe's requests have in their path: a create of a StatefulSet in the
+/// controller namespace (with a query: the dry run).
+const GATE_PROBE: &str = "/namespaces/stateful-admission/statefulsets?";
+
 /// Dry-run creates of StatefulSets in the controller namespace.
 fn probes(api: &FakeApiServer) -> Vec<bool> {
     api.requests()
@@ -614,10 +624,16 @@ async fn the_gate_probe_tells_both_answers_and_stores_nothing() {
 async fn a_failed_probe_leaves_the_gate_unknown_and_is_retried() {
     let api = FakeApiServer::start().await;
     api.configure(|c| c.drop_statefulset_max_unavailable = true);
-    api.fail_next("POST", "/statefulsets", 403, 1);
-    let mut cfg = driver_config("replica-a");
-    cfg.max_unavailable.probe_retry = Duration::from_millis(500);
-    let controller = RunningController::start(&api, cfg);
+    api.fail_next("POST", GATE_PROBE, 500, 1);
+    let cfg = driver_config("replica-a");
+    let controller = RunningController::start_with(
+        &api,
+        cfg,
+        capabilities::run::Settings {
+            retry_cap: Duration::from_millis(500),
+            ..crate::support::controller::prober()
+        },
+    );
     assert!(
         eventually(Duration::from_secs(10), || controller
             .metrics()
@@ -641,12 +657,52 @@ async fn a_failed_probe_leaves_the_gate_unknown_and_is_retried() {
     controller.stop().await;
 }
 
+/// A probe refused by authorization (a webhook-only install's RBAC, a policy) is not asked
+/// again before the interval, and the capability says why and how to state it instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forbidden_probe_is_not_retried_soon_and_says_how_to_state_the_value() {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| c.drop_statefulset_max_unavailable = true);
+    api.fail_next("POST", GATE_PROBE, 403, 1);
+    let controller = RunningController::start_with(
+        &api,
+        driver_config("replica-a"),
+        capabilities::run::Settings {
+            retry_cap: Duration::from_millis(200),
+            ..crate::support::controller::prober()
+        },
+    );
+    let unknown = r#"capability{capability="max-unavailable",value="unknown",source="unknown"} 1"#;
+    assert!(
+        eventually(Duration::from_secs(10), || probes(&api).len() == 1).await,
+        "{:?}",
+        probes(&api)
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(probes(&api), [true], "not asked again within the interval");
+    assert!(
+        controller.metrics().contains(unknown),
+        "{}",
+        controller.metrics()
+    );
+    controller.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gate_set_by_flag_is_known_at_once_and_never_probed() {
     let api = FakeApiServer::start().await;
-    let mut cfg = driver_config("replica-a");
-    cfg.max_unavailable.gate = GateMode::Disabled;
-    let controller = RunningController::start(&api, cfg);
+    let cfg = driver_config("replica-a");
+    let controller = RunningController::start_with(
+        &api,
+        cfg,
+        capabilities::run::Settings {
+            flags: vec![(
+                capabilities::Name::MaxUnavailable,
+                capabilities::Value::Dropped,
+            )],
+            ..crate::support::controller::prober()
+        },
+    );
     assert!(
         controller
             .metrics()
@@ -667,7 +723,7 @@ fn echo_gate(
     let mut verdict = admission::Verdict::allow();
     verdict.warn(format!(
         "gate={} fallback={}",
-        ctx.policy.max_unavailable_gate.as_str(),
+        ctx.policy.max_unavailable_gate().as_str(),
         ctx.policy.needs_max_unavailable_fallback()
     ));
     verdict
@@ -681,12 +737,12 @@ async fn the_webhook_reads_the_gate_the_controller_probed() {
     use stateful_admission::server::metrics::Metrics;
     use stateful_admission::server::routes::{self, AdmissionState};
 
-    let gate = GateCell::default();
+    let gate = CapabilityCell::default();
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
     let mut state =
         AdmissionState::new(ClusterView::empty(), admission::Policy::default(), metrics)
-            .with_max_unavailable_gate(gate.clone());
+            .with_capabilities(gate.clone());
     state.evaluator = echo_gate;
     let app = routes::router(Arc::new(state));
     let review = stateful_admission::review::builder::ReviewBuilder::statefulset("CREATE")
@@ -698,7 +754,10 @@ async fn the_webhook_reads_the_gate_the_controller_probed() {
         GateStatus::Disabled,
         GateStatus::Enabled,
     ] {
-        gate.set(status);
+        gate.update(|c| {
+            *c = common::capabilities_with_gate(status);
+            true
+        });
         let response = common::review_response(&app, "/mutate", &review).await;
         seen.push(
             response["warnings"][0]
@@ -824,7 +883,9 @@ fn admitted(set: Value) -> Value {
         .object(set)
         .into_json();
     let view = stateful_admission::cluster::ClusterView::empty();
-    let policy = admission::Policy::default().with_max_unavailable_gate(GateStatus::Disabled);
+    let policy = admission::Policy::default().with_capabilities(Arc::new(
+        common::capabilities_with_gate(GateStatus::Disabled),
+    ));
     let ctx = admission::Context {
         view: &view,
         policy: &policy,

@@ -38,6 +38,12 @@ fn families() -> BTreeSet<(String, String)> {
     let mut registry = Registry::with_prefix("stateful_admission");
     Metrics::register(&mut registry);
     certs::self_managed::Metrics::register(&mut registry);
+    // The capability prober, on every replica.
+    let _ = stateful_admission::capabilities::run::Prober::new(
+        stateful_admission::capabilities::run::Settings::default(),
+        &mut registry,
+        Default::default(),
+    );
     // Every feature on, as `serve` runs by default.
     let _ = stateful_admission::controller::Controller::new(
         stateful_admission::controller::ControllerConfig::default(),

@@ -175,8 +175,12 @@ async fn at_most_one_write_per_set_at_first_contact_and_none_at_steady_state() {
     });
     let expected: BTreeMap<String, usize> = [
         ("statefulsets.apps/status patch stateful-admission", 24),
-        // The maxUnavailable gate probe: a dry-run create.
+        // The capability probes: dry-run creates of a StatefulSet and a claim.
         ("statefulsets.apps create (dry run) stateful-admission", 1),
+        (
+            "persistentvolumeclaims create (dry run) stateful-admission",
+            1,
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

@@ -531,8 +531,9 @@ async fn a_native_max_unavailable_is_copied_into_the_fallback_annotation() {
         (GateStatus::Disabled, true),
         (GateStatus::Unknown, true),
     ] {
-        let cell = stateful_admission::controller::max_unavailable::GateCell::default();
-        cell.set(gate);
+        let cell = stateful_admission::capabilities::CapabilityCell::new(
+            crate::common::capabilities_with_gate(gate),
+        );
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = std::sync::Arc::new(stateful_admission::server::metrics::Metrics::register(
             &mut registry,
@@ -542,7 +543,7 @@ async fn a_native_max_unavailable_is_copied_into_the_fallback_annotation() {
             Policy::default(),
             metrics,
         )
-        .with_max_unavailable_gate(cell);
+        .with_capabilities(cell);
         let router = stateful_admission::server::routes::router(std::sync::Arc::new(state));
         let response = review_response(&router, "/mutate", &create_with_max_unavailable()).await;
         assert_eq!(response["allowed"], true);

@@ -399,8 +399,19 @@ FEATURE_GRANTS = [
     ("converge", ("ClusterRole", "statefulsets", "delete")),
     ("conditions", ("ClusterRole", "statefulsets/status", "patch")),
     ("maxUnavailable", ("ClusterRole", "pods", "delete")),
-    ("maxUnavailable", ("Role", "statefulsets", "create")),
 ]
+
+
+def test_the_capability_probes_may_dry_run_create_where_the_controller_runs():
+    for resource in ("statefulsets", "persistentvolumeclaims"):
+        assert grants(render(), "Role", resource, "create")
+        assert grants(render(_feature_off("maxUnavailable")), "Role", resource, "create")
+    webhook_only = render({"controller": {"enabled": False}, "certs": {"mode": "certManager"}},
+                          api_versions=CERT_MANAGER)
+    args = container(webhook_only)["args"]
+    assert "--capability-probe-interval=1h" in args
+    stated = render({"capabilities": {"stated": ["claim-volume-attributes-class=dropped"]}})
+    assert "--capability=claim-volume-attributes-class=dropped" in container(stated)["args"]
 
 
 @pytest.mark.parametrize("feature,grant", FEATURE_GRANTS, ids=[f"{f}-{g[1]}-{g[2]}" for f, g in FEATURE_GRANTS])

@@ -23,8 +23,7 @@ use serde_json::Value;
 
 use super::{Context, Phase, Verdict};
 
-/// Annotation that gives a claim a class (deprecated, still honoured by the apiserver).
-pub const BETA_STORAGE_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
+pub use crate::names::BETA_STORAGE_CLASS_ANNOTATION;
 
 /// Entry point for `v1 persistentvolumeclaims` CREATE and UPDATE.
 pub fn review(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context<'_>) -> Verdict {

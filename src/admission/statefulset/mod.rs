@@ -257,6 +257,11 @@ fn review_templates(
             let Some(old) = req.old_object.as_ref() else {
                 return;
             };
+            // An apiserver with KEP-4650 takes template edits itself (and validates them): the
+            // edit is stored as sent, nothing is recorded for our controller to apply.
+            if ctx.policy.capabilities.native_template_edits().is_some() {
+                return;
+            }
             let old_spec = old.data.get("spec").unwrap_or(&Value::Null);
             let old_templates = templates::templates_of(old_spec).unwrap_or(&[]);
             let desired_before = old

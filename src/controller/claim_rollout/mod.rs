@@ -162,6 +162,8 @@ pub(crate) fn rollout_settings(set: &StatefulSet, replicas: usize) -> (Rollout, 
         } else {
             set.metadata.creation_timestamp.as_ref().map(|t| t.0)
         },
+        // What the cluster does is the caller's to add (see `ClusterFacts::of`).
+        cluster: plan::ClusterFacts::default(),
     };
     (rollout, problem)
 }
@@ -200,7 +202,8 @@ async fn rollout(metrics: &ClaimRollout, snapshot: &SetSnapshot, ctx: &Ctx) -> R
     if snapshot.is_stale(&ctx.exec, Kind::Claim) {
         return Ok(());
     }
-    let (settings, problem) = rollout_settings(set, snapshot.ordinals.len());
+    let (mut settings, problem) = rollout_settings(set, snapshot.ordinals.len());
+    settings.cluster = plan::ClusterFacts::of(&ctx.capabilities.get());
     if let Some(why) = problem {
         warn_once(
             ctx,
@@ -292,6 +295,26 @@ async fn rollout(metrics: &ClaimRollout, snapshot: &SetSnapshot, ctx: &Ctx) -> R
             match &ran {
                 Ran::Written(Ok(outcome)) if outcome.is_done() => {
                     metrics.patched.inc();
+                }
+                Ran::Written(Err(kube::Error::Api(status))) => {
+                    metrics.patch_errors.inc();
+                    // A lowered request refused by the rule that predates recovery from
+                    // failed expansions: no claim of this cluster is lowered again.
+                    if crate::capabilities::judge::lowering_above_capacity(
+                        status.code,
+                        &status.message,
+                    ) == Some(crate::capabilities::Value::Refused)
+                    {
+                        ctx.capabilities.evidence(
+                            crate::capabilities::Name::ExpansionRecovery,
+                            crate::capabilities::Value::Refused,
+                            format!(
+                                "claim {ns}/{}: {}",
+                                write.target.name,
+                                crate::text::clip(&status.message, 200)
+                            ),
+                        );
+                    }
                 }
                 Ran::Written(Err(_)) => {
                     metrics.patch_errors.inc();

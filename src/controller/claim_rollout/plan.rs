@@ -45,6 +45,28 @@ pub(crate) struct Rollout {
     /// `OnDelete`: pods created at or after this instant count as re-created. `None` while
     /// the templates are only recorded (not yet live): claims then wait.
     pub recreated_since: Option<jiff::Timestamp>,
+    /// What the cluster does, where a patch depends on it.
+    pub cluster: ClusterFacts,
+}
+
+/// What the cluster does, as far as a claim's patch depends on it (from
+/// [`crate::capabilities`]; `None` where not known: the patch is sent, and its answer teaches).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ClusterFacts {
+    /// A request lowered to a value still above the capacity is accepted (recovery from a
+    /// failed expansion, `RecoverVolumeExpansionFailure`).
+    pub recovery: Option<bool>,
+}
+
+impl ClusterFacts {
+    pub(crate) fn of(capabilities: &crate::capabilities::Capabilities) -> Self {
+        use crate::capabilities::{Name, Value};
+        Self {
+            recovery: capabilities
+                .value(Name::ExpansionRecovery)
+                .map(|v| v == Value::Accepted),
+        }
+    }
 }
 
 /// A pod as the planner needs it.
@@ -161,6 +183,7 @@ pub(crate) fn assess(
     template: &PersistentVolumeClaim,
     claim: &PersistentVolumeClaim,
     expandable: bool,
+    cluster: ClusterFacts,
 ) -> Assessment {
     let template_json = serde_json::to_value(template).unwrap_or(Value::Null);
     let differing = immutable_differences(&template_json, claim);
@@ -184,8 +207,12 @@ pub(crate) fn assess(
     if let Some(want) = want {
         let target = capacity.map_or(want, |c| c.max(want));
         let grow = spec.is_none_or(|s| target > s);
-        // core/validation: a decrease must stay above status.capacity.
-        let recover = spec.is_some_and(|s| target < s) && capacity.is_some_and(|c| target > c);
+        // core/validation: a decrease must stay above status.capacity, and is accepted only
+        // where the apiserver recovers from failed expansions (else "field can not be less
+        // than previous value"): there the claim keeps its request until it is reached.
+        let recover = spec.is_some_and(|s| target < s)
+            && capacity.is_some_and(|c| target > c)
+            && cluster.recovery != Some(false);
         if grow && !bound(claim) {
             waiting =
                 Some("the claim is not bound yet; only bound claims can be expanded".to_owned());
@@ -322,7 +349,10 @@ pub(crate) fn plan(
             let a = r
                 .slots
                 .iter()
-                .map(|s| s.claim.map(|c| assess(s.template, c, s.expandable)))
+                .map(|s| {
+                    s.claim
+                        .map(|c| assess(s.template, c, s.expandable, rollout.cluster))
+                })
                 .collect();
             (r, a)
         })
@@ -500,7 +530,11 @@ mod tests {
             ),
         ];
         for (name, c, expandable, want) in cases {
-            assert_eq!(assess(&t, &c, expandable), want, "{name}");
+            assert_eq!(
+                assess(&t, &c, expandable, ClusterFacts::default()),
+                want,
+                "{name}"
+            );
         }
     }
 
@@ -509,25 +543,51 @@ mod tests {
         let t = template("2Gi");
         // Grow: to the template.
         assert_eq!(
-            patch_body(&assess(&t, &claim("1Gi", "1Gi"), true)),
+            patch_body(&assess(
+                &t,
+                &claim("1Gi", "1Gi"),
+                true,
+                ClusterFacts::default()
+            )),
             json!({"metadata": {"resourceVersion": "7"}, "spec": {"resources": {"requests": {"storage": "2Gi"}}}})
         );
         // Capacity already above the template: nothing to do with storage.
         assert_eq!(
-            assess(&t, &claim("3Gi", "3Gi"), true),
+            assess(&t, &claim("3Gi", "3Gi"), true, ClusterFacts::default()),
             Assessment::Compatible
         );
         // Failed expansion to 8Gi, capacity 1Gi: recover down to the template (above capacity).
         assert_eq!(
-            patch_body(&assess(&t, &claim("8Gi", "1Gi"), true)),
+            patch_body(&assess(
+                &t,
+                &claim("8Gi", "1Gi"),
+                true,
+                ClusterFacts::default()
+            )),
             json!({"metadata": {"resourceVersion": "7"}, "spec": {"resources": {"requests": {"storage": "2Gi"}}}})
+        );
+        // ... but not where the apiserver refuses any decrease: the claim keeps its request.
+        let refused = ClusterFacts {
+            recovery: Some(false),
+        };
+        assert_eq!(
+            assess(&t, &claim("8Gi", "1Gi"), true, refused),
+            Assessment::Updating
         );
         // Failed expansion to 8Gi, capacity 3Gi above the template: target is capacity, which
         // the apiserver rejects (not above capacity); leave it updating.
-        assert_eq!(assess(&t, &claim("8Gi", "3Gi"), true), Assessment::Updating);
+        assert_eq!(
+            assess(&t, &claim("8Gi", "3Gi"), true, ClusterFacts::default()),
+            Assessment::Updating
+        );
         // Smaller template than the claim: never shrink.
         assert_eq!(
-            assess(&template("1Gi"), &claim("2Gi", "2Gi"), true),
+            assess(
+                &template("1Gi"),
+                &claim("2Gi", "2Gi"),
+                true,
+                ClusterFacts::default()
+            ),
             Assessment::Compatible
         );
     }
@@ -545,7 +605,7 @@ mod tests {
             t.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());
             t.spec.as_mut().expect("spec").volume_attributes_class_name = Some("gold".into());
         });
-        let a = assess(&t, &claim("1Gi", "1Gi"), true);
+        let a = assess(&t, &claim("1Gi", "1Gi"), true, ClusterFacts::default());
         let Assessment::Patch(p) = a else {
             panic!("{a:?}")
         };
@@ -575,14 +635,15 @@ mod tests {
             );
         });
         assert_eq!(
-            assess(&t, &claim("1Gi", "1Gi"), true),
+            assess(&t, &claim("1Gi", "1Gi"), true, ClusterFacts::default()),
             Assessment::Compatible
         );
         // Labels only: no update starts.
         let t = with(template("1Gi"), |t| {
             t.metadata.labels = Some([("chart".to_owned(), "v3".to_owned())].into());
         });
-        let Assessment::Patch(p) = assess(&t, &claim("1Gi", "1Gi"), true) else {
+        let Assessment::Patch(p) = assess(&t, &claim("1Gi", "1Gi"), true, ClusterFacts::default())
+        else {
             panic!()
         };
         assert!(!p.starts_update);
@@ -593,14 +654,20 @@ mod tests {
         let c = with(claim("1Gi", "1Gi"), |c| {
             c.spec.as_mut().expect("spec").volume_attributes_class_name = Some("gold".into());
         });
-        assert_eq!(assess(&t, &c, true), Assessment::Updating);
+        assert_eq!(
+            assess(&t, &c, true, ClusterFacts::default()),
+            Assessment::Updating
+        );
         let done = with(c, |c| {
             c.status
                 .as_mut()
                 .expect("status")
                 .current_volume_attributes_class_name = Some("gold".into());
         });
-        assert_eq!(assess(&t, &done, true), Assessment::Compatible);
+        assert_eq!(
+            assess(&t, &done, true, ClusterFacts::default()),
+            Assessment::Compatible
+        );
     }
 
     struct Case {
@@ -620,6 +687,7 @@ mod tests {
             max_unavailable,
             update_revision: Some("rev-2".into()),
             recreated_since: Some("2026-01-01T00:00:00Z".parse().expect("ts")),
+            cluster: ClusterFacts::default(),
         }
     }
 

@@ -32,6 +32,7 @@ use super::action::{Kind as Kind2, Report, Request, Target, Verb, Write};
 use super::context::Ctx;
 use super::executor::Outcome as Outcome2;
 use crate::admission::claim::default_class::{DefaultClass, DefaultSource};
+use crate::capabilities::{Name, Value};
 use crate::cluster::{Change, ClusterView, Kind};
 pub(crate) use plan::{Outcome, Plan};
 
@@ -258,6 +259,21 @@ impl Worker<'_> {
         };
         let (namespace, name) = key;
         let metrics = self.metrics;
+        // Where the apiserver is known to refuse it (KEP-3333's gate off or absent), nothing is
+        // sent: the claim is told once why it keeps no class.
+        let capabilities = self.ctx.capabilities.get();
+        let known = capabilities.get(Name::RetroactiveDefaultClass);
+        if known.value == Some(Value::Refused) {
+            self.tried(key, &resource_version);
+            let message = format!(
+                "the apiserver refuses to give a class-less claim a class ({}: {})",
+                known.how.source(),
+                known.how.detail()
+            );
+            self.report_rejected(key, &claim, &class, namespace, &message)
+                .await;
+            return;
+        }
         let write = assign(&claim, &class, &resource_version);
         let result = match self.ctx.exec.write(&write).await {
             Ok(Outcome2::Observed) => {
@@ -277,11 +293,15 @@ impl Worker<'_> {
         if outcome != Outcome::Assigned {
             metrics.errors.inc();
         }
-        let source = source_text(&class, namespace);
         match outcome {
             Outcome::Assigned => {
                 tracing::info!(%namespace, %name, class = %class.name, "assigned the default StorageClass");
                 self.tried(key, &resource_version);
+                self.ctx.capabilities.evidence(
+                    Name::RetroactiveDefaultClass,
+                    Value::Accepted,
+                    format!("claim {namespace}/{name} was given class {:?}", class.name),
+                );
             }
             Outcome::Conflict => {
                 // The claim moved (bound, given a class, edited): its watch event decides anew.
@@ -294,34 +314,18 @@ impl Worker<'_> {
             Outcome::Rejected => {
                 tracing::warn!(%namespace, %name, %message, "the apiserver refused the default StorageClass");
                 self.tried(key, &resource_version);
-                let first = self
-                    .candidates
-                    .index
-                    .get_mut(key)
-                    .is_some_and(|e| !std::mem::replace(&mut e.reported, true));
-                if first {
-                    let hint = if plan::is_old_apiserver_refusal(&message) {
-                        " (Kubernetes before 1.25 does not let a claim's class be set after creation; re-create the claim to use the class)"
-                    } else {
-                        ""
-                    };
-                    let note = format!(
-                        "Could not assign StorageClass {:?} ({source}): {message}{hint}",
-                        class.name
+                if plan::is_old_apiserver_refusal(&message) {
+                    self.ctx.capabilities.evidence(
+                        Name::RetroactiveDefaultClass,
+                        Value::Refused,
+                        format!(
+                            "claim {namespace}/{name}: {}",
+                            crate::text::clip(&message, 200)
+                        ),
                     );
-                    self.ctx
-                        .event(
-                            &*claim,
-                            Event {
-                                type_: EventType::Warning,
-                                reason: "DefaultStorageClassRejected".to_owned(),
-                                note: Some(note),
-                                action: "AssignStorageClass".to_owned(),
-                                secondary: None,
-                            },
-                        )
-                        .await;
                 }
+                self.report_rejected(key, &claim, &class, namespace, &message)
+                    .await;
             }
             Outcome::Transient => {
                 tracing::warn!(%namespace, %name, %message, "assigning the default StorageClass failed; retrying");
@@ -329,6 +333,49 @@ impl Worker<'_> {
                 self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
             }
         }
+    }
+
+    /// The claim's one `DefaultStorageClassRejected` Warning (until the claim changes).
+    async fn report_rejected(
+        &mut self,
+        key: &Key,
+        claim: &PersistentVolumeClaim,
+        class: &DefaultClass,
+        namespace: &str,
+        message: &str,
+    ) {
+        let first = self
+            .candidates
+            .index
+            .get_mut(key)
+            .is_some_and(|e| !std::mem::replace(&mut e.reported, true));
+        if !first {
+            return;
+        }
+        let hint = if plan::is_old_apiserver_refusal(message)
+            || message.starts_with("the apiserver refuses")
+        {
+            " (this apiserver does not let a class-less claim be given a class after creation, as Kubernetes before 1.25 did not; re-create the claim to use the class)"
+        } else {
+            ""
+        };
+        let note = format!(
+            "Could not assign StorageClass {:?} ({}): {message}{hint}",
+            class.name,
+            source_text(class, namespace)
+        );
+        self.ctx
+            .event(
+                claim,
+                Event {
+                    type_: EventType::Warning,
+                    reason: "DefaultStorageClassRejected".to_owned(),
+                    note: Some(note),
+                    action: "AssignStorageClass".to_owned(),
+                    secondary: None,
+                },
+            )
+            .await;
     }
 
     fn tried(&mut self, key: &Key, resource_version: &str) {

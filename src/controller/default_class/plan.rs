@@ -4,7 +4,6 @@
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde_json::{Value, json};
 
-use crate::admission::claim::BETA_STORAGE_CLASS_ANNOTATION;
 use crate::admission::claim::default_class::{DefaultClass, pick_default_class};
 use crate::cluster::ClusterView;
 
@@ -37,30 +36,10 @@ pub(crate) enum Plan {
     },
 }
 
-/// Whether a claim asks for the default class and may still get one — upstream
-/// `assignDefaultStorageClass` (pkg/controller/volume/persistentvolume/pv_controller.go)
-/// with `PersistentVolumeClaimHasClass`: no `spec.storageClassName` (an empty string is a
-/// choice: "no class"), no beta class annotation, not bound nor pre-bound to a volume, and
-/// not being deleted.
+/// Whether a claim asks for the default class and may still get one (see
+/// [`takes_default_class`](crate::capabilities::judge::takes_default_class)).
 pub(crate) fn qualifies(claim: &PersistentVolumeClaim) -> bool {
-    let annotated = claim
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(BETA_STORAGE_CLASS_ANNOTATION));
-    let Some(spec) = claim.spec.as_ref() else {
-        return false;
-    };
-    let bound = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Bound");
-    !annotated
-        && spec.storage_class_name.is_none()
-        && spec.volume_name.as_deref().unwrap_or("").is_empty()
-        && !bound
-        && claim.metadata.deletion_timestamp.is_none()
+    crate::capabilities::judge::takes_default_class(claim)
 }
 
 /// Decides for `claim`; `tried` is the resourceVersion of the last attempt on it, if any.

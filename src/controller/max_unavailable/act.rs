@@ -53,7 +53,7 @@ pub(crate) async fn sync(
                         snapshot,
                         &rollout,
                         &plan,
-                        &metrics.gate_cell(),
+                        metrics.why_unknown().as_deref(),
                     ))
                     .await;
             }
@@ -141,12 +141,12 @@ pub(crate) fn gate_unknown(
     snapshot: &SetSnapshot,
     rollout: &plan::Rollout,
     plan: &plan::Plan,
-    gate: &super::GateCell,
+    why_unknown: Option<&str>,
 ) -> Report {
-    let why = gate.why_unknown().map_or_else(
-        || "it has not been probed yet".to_owned(),
-        |e| format!("the probe failed: {e}"),
-    );
+    let why = match why_unknown {
+        None | Some("not probed yet") => "it has not been probed yet".to_owned(),
+        Some(why) => format!("the probe failed: {why}"),
+    };
     let note = format!(
         "maxUnavailable {} is not driven yet: whether the apiserver keeps \
          spec.updateStrategy.rollingUpdate.maxUnavailable (its MaxUnavailableStatefulSet gate) is \

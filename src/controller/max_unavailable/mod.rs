@@ -7,17 +7,19 @@
 //! old-revision pods in batches within that budget, as the built-in controller does with the
 //! gate on, and lets the built-in controller re-create them at the update revision.
 //!
-//! - [`gate`]: the probe (a server-side dry run) and the shared [`GateCell`];
+//! - the gate itself is a capability ([`crate::capabilities`]): probed by every replica,
+//!   read here from the shared cell, with a set's own evidence while it is unknown;
 //! - [`plan`]: pure planning of one step from the set, its pods and the clock;
 //! - [`act`]: the deletions (with uid and resourceVersion preconditions), events, metrics.
 
 pub(crate) mod act;
-pub(crate) mod gate;
 pub(crate) mod plan;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
+
+use crate::capabilities::{CapabilityCell, Name, Value, judge};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,34 +27,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub use gate::{GateCell, GateMode};
-
 pub use crate::admission::GateStatus;
 
-/// Settings of the feature, from the command line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
-    /// Probe the gate, or take its state from the operator.
-    pub gate: GateMode,
-    /// Time between probes.
-    pub probe_interval: Duration,
-    /// The longest wait before probing again after failed probes (the first retry is after
-    /// a second, each next one twice as long).
-    pub probe_retry: Duration,
-    /// How often the apiserver's version is read, to probe again when it changes.
-    pub version_check: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            gate: GateMode::Auto,
-            probe_interval: Duration::from_secs(3600),
-            probe_retry: Duration::from_secs(60),
-            version_check: Duration::from_secs(60),
-        }
-    }
-}
+/// How often series of StatefulSets that no longer exist are removed from the metrics.
+const METRICS_SWEEP: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SetLabels {
@@ -61,63 +39,32 @@ pub struct SetLabels {
     pub pod_management_policy: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProbeLabels {
-    pub result: &'static str,
-}
-
-/// The feature: the gate as this process knows it (the cell the entry point shares with the
-/// webhook), what stored sets show of it, the sets waiting for it, and the metrics.
+/// The feature: the capabilities as this process knows them (the cell the entry point shares
+/// with the webhook and the prober), the sets waiting for the gate, and the metrics.
 #[derive(Debug)]
 pub struct MaxUnavailable {
-    settings: Settings,
-    gate: GateCell,
-    gate_enabled: Gauge,
-    probes: Family<ProbeLabels, Counter>,
+    capabilities: CapabilityCell,
     max_unavailable: Family<SetLabels, Gauge>,
     unavailable_replicas: Family<SetLabels, Gauge>,
     deleted_pods: Counter,
     /// Label sets in use per `(namespace, name)`, so that series of sets the driver no longer
     /// handles (deleted, gate on, maxUnavailable removed) go away: bounded cardinality.
     series: Mutex<HashMap<(String, String), SetLabels>>,
-    /// The gate as the last stored set with evidence showed it (used while unknown).
-    evidence: GateCell,
-    /// Sets whose budget waits for the gate (bounded by the sets there are), and the signal
-    /// that it was learned.
+    /// Sets whose budget waits for the gate (bounded by the sets there are).
     deferred: Mutex<HashSet<(String, String)>>,
-    gate_learned: tokio::sync::Notify,
-    /// Where the gate is said for `/readyz?verbose`, once wired.
-    health: std::sync::OnceLock<std::sync::Arc<crate::health::Health>>,
 }
 
 impl MaxUnavailable {
-    /// The feature with its `settings`, writing what it learns of the gate into `gate`.
-    pub fn register(registry: &mut Registry, settings: Settings, gate: GateCell) -> Self {
+    /// The feature, reading the gate from `capabilities`.
+    pub fn register(registry: &mut Registry, capabilities: CapabilityCell) -> Self {
         let metrics = Self {
-            settings,
-            gate,
-            gate_enabled: Gauge::default(),
-            probes: Family::default(),
+            capabilities,
             max_unavailable: Family::default(),
             unavailable_replicas: Family::default(),
             deleted_pods: Counter::default(),
             series: Mutex::new(HashMap::new()),
-            evidence: GateCell::default(),
             deferred: Mutex::new(HashSet::new()),
-            gate_learned: tokio::sync::Notify::new(),
-            health: std::sync::OnceLock::new(),
         };
-        metrics.gate_enabled.set(metrics.gate.get().metric_value());
-        registry.register(
-            "max_unavailable_gate_enabled",
-            "Whether the apiserver keeps StatefulSet maxUnavailable (MaxUnavailableStatefulSet gate): 1 on, 0 off, -1 unknown",
-            metrics.gate_enabled.clone(),
-        );
-        registry.register(
-            "max_unavailable_gate_probes",
-            "Gate probes (server-side dry-run creates), by result",
-            metrics.probes.clone(),
-        );
         registry.register(
             "statefulset_max_unavailable",
             "Effective maxUnavailable of StatefulSets whose rolling update the controller drives",
@@ -136,84 +83,43 @@ impl MaxUnavailable {
         metrics
     }
 
-    /// The cell the webhook reads.
-    pub fn gate_cell(&self) -> GateCell {
-        self.gate.clone()
-    }
-
     pub fn gate(&self) -> GateStatus {
-        self.gate.get()
+        GateStatus::of(&self.capabilities.get())
     }
 
-    pub fn settings(&self) -> &Settings {
-        &self.settings
+    /// Why the gate is not known, while it is not.
+    pub fn why_unknown(&self) -> Option<String> {
+        let capabilities = self.capabilities.get();
+        let learned = capabilities.get(Name::MaxUnavailable);
+        learned
+            .value
+            .is_none()
+            .then(|| learned.how.detail().to_owned())
     }
 
-    /// Applies the settings that hold before any probe (a gate state set by flag).
-    pub fn configure(&self) {
-        if let Some(status) = self.settings.gate.configured() {
-            self.record_gate(status);
-        }
-    }
-
-    /// Stores a probe result; returns the previous state. Sets deferred while it was
-    /// unknown are looked at again.
-    pub fn record_gate(&self, status: GateStatus) -> GateStatus {
-        self.gate_enabled.set(status.metric_value());
-        let previous = self.gate.set(status);
-        if previous != status {
-            self.gate_learned.notify_one();
-        }
-        self.report();
-        previous
-    }
-
-    /// A probe failed: while the state is unknown, this is why.
-    pub fn probe_failed(&self, error: &str) {
-        self.gate.unknown_because(error);
-        self.report();
-    }
-
-    /// Says the gate on `health` from now on (`/readyz?verbose`).
-    pub fn report_to(&self, health: std::sync::Arc<crate::health::Health>) {
-        if self.health.set(health).is_ok() {
-            self.report();
-        }
-    }
-
-    fn report(&self) {
-        use crate::health::State;
-        let Some(health) = self.health.get() else {
-            return;
-        };
-        let (state, detail) = match (self.gate.get(), self.gate.why_unknown()) {
-            (GateStatus::Enabled, _) => (
-                State::Ok,
-                "enabled: the apiserver keeps maxUnavailable; the StatefulSet controller honours it".to_owned(),
-            ),
-            (GateStatus::Disabled, _) => (
-                State::Ok,
-                "disabled: the apiserver drops maxUnavailable; the controller drives budgets".to_owned(),
-            ),
-            (GateStatus::Unknown, Some(why)) => (
-                State::Warning,
-                format!("unknown: the probe failed ({why}); budgets are driven only where a set shows the gate"),
-            ),
-            (GateStatus::Unknown, None) => (State::Warning, "unknown: not probed yet".to_owned()),
-        };
-        health.set("max-unavailable-gate", state, detail);
-    }
-
-    /// The gate as this process knows it, else as the stored sets show it: the evidence of
-    /// `set`, else the last evidence any set gave (see [`gate::evidence`]).
+    /// The gate as the capabilities know it, else as `set` shows it (see
+    /// [`judge::max_unavailable_evidence`]), which is recorded for every reader.
     pub fn gate_or_evidence(&self, set: &k8s_openapi::api::apps::v1::StatefulSet) -> GateStatus {
-        match self.gate.get() {
-            GateStatus::Unknown => match gate::evidence(set) {
+        match self.gate() {
+            GateStatus::Unknown => match judge::max_unavailable_evidence(set) {
                 Some(seen) => {
-                    self.evidence.set(seen);
-                    seen
+                    self.capabilities.evidence(
+                        Name::MaxUnavailable,
+                        seen,
+                        format!(
+                            "StatefulSet {}/{} {} spec.updateStrategy.rollingUpdate.maxUnavailable",
+                            set.metadata.namespace.as_deref().unwrap_or(""),
+                            set.metadata.name.as_deref().unwrap_or(""),
+                            if seen == Value::Kept {
+                                "kept"
+                            } else {
+                                "was written with but no longer has"
+                            }
+                        ),
+                    );
+                    GateStatus::of(&self.capabilities.get())
                 }
-                None => self.evidence.get(),
+                None => GateStatus::Unknown,
             },
             known => known,
         }
@@ -228,13 +134,20 @@ impl MaxUnavailable {
         act::sync(self, snapshot, ctx).await
     }
 
-    /// Probes the gate (or takes it from the flag) until `stop`; sweeps gone sets' series.
-    pub async fn run_gate_probe(
+    /// Removes the series of sets that are gone, every half minute until `stop`.
+    pub async fn run_sweep(
         &self,
         ctx: std::sync::Arc<crate::controller::context::Ctx>,
         stop: tokio_util::sync::CancellationToken,
     ) {
-        gate::run_gate_probe(self, ctx, stop).await;
+        let mut sweep = tokio::time::interval(METRICS_SWEEP);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = sweep.tick() => self.sweep(|ns, name| ctx.view.has_stateful_set(ns, name)),
+            }
+        }
     }
 
     /// Remembers a set whose budget could not be driven because the gate is unknown.
@@ -245,16 +158,33 @@ impl MaxUnavailable {
             .insert((namespace.to_owned(), name.to_owned()));
     }
 
-    /// Waits until the gate's state changes, then hands over the sets deferred meanwhile.
-    pub async fn deferred_once_learned(&self) -> Vec<(String, String)> {
-        self.gate_learned.notified().await;
-        std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()))
-            .into_iter()
-            .collect()
+    /// Waits until the gate is learned (or changes), then hands over the sets deferred
+    /// meanwhile; `None` once nothing can change it any more.
+    pub async fn deferred_once_learned(
+        &self,
+        changes: &mut tokio::sync::watch::Receiver<
+            std::sync::Arc<crate::capabilities::Capabilities>,
+        >,
+    ) -> Option<Vec<(String, String)>> {
+        let before = GateStatus::of(&changes.borrow_and_update());
+        loop {
+            changes.changed().await.ok()?;
+            if GateStatus::of(&changes.borrow_and_update()) != before {
+                break;
+            }
+        }
+        Some(
+            std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()))
+                .into_iter()
+                .collect(),
+        )
     }
 
-    pub fn probed(&self, result: &'static str) {
-        self.probes.get_or_create(&ProbeLabels { result }).inc();
+    /// A receiver of the capabilities' changes, for [`Self::deferred_once_learned`].
+    pub fn subscribe(
+        &self,
+    ) -> tokio::sync::watch::Receiver<std::sync::Arc<crate::capabilities::Capabilities>> {
+        self.capabilities.subscribe()
     }
 
     pub fn deleted(&self, pods: usize) {
@@ -323,9 +253,8 @@ mod tests {
     #[test]
     fn series_of_sets_no_longer_driven_are_removed() {
         let mut registry = Registry::default();
-        let metrics =
-            MaxUnavailable::register(&mut registry, Settings::default(), GateCell::default());
-        assert!(text(&registry).contains("max_unavailable_gate_enabled -1"));
+        let cell = CapabilityCell::default();
+        let metrics = MaxUnavailable::register(&mut registry, cell.clone());
         metrics.observe(labels("a", "Parallel"), 2, 1);
         metrics.observe(labels("b", "OrderedReady"), 3, 0);
         let out = text(&registry);
@@ -345,8 +274,11 @@ mod tests {
             !out.contains(r#"name="a""#) && !out.contains(r#"name="b""#),
             "{out}"
         );
-        metrics.record_gate(GateStatus::Disabled);
-        assert!(text(&registry).contains("max_unavailable_gate_enabled 0"));
-        assert_eq!(metrics.gate_cell().get(), GateStatus::Disabled);
+        assert_eq!(metrics.gate(), GateStatus::Unknown);
+        cell.set(
+            Name::MaxUnavailable,
+            crate::capabilities::Learned::probed(Value::Dropped, "dry run"),
+        );
+        assert_eq!(metrics.gate(), GateStatus::Disabled);
     }
 }

@@ -178,3 +178,20 @@ pub fn patch_of(response: &Value) -> Value {
         Some(other) => panic!("patch must be a base64 string, got {other}"),
     }
 }
+
+/// What the capabilities say when the apiserver's `MaxUnavailableStatefulSet` gate is `gate`
+/// (learned by a probe; unknown for `Unknown`).
+pub fn capabilities_with_gate(
+    gate: stateful_admission::admission::GateStatus,
+) -> stateful_admission::capabilities::Capabilities {
+    use stateful_admission::admission::GateStatus;
+    use stateful_admission::capabilities::{Capabilities, Learned, Name, Value};
+    let mut capabilities = Capabilities::default();
+    let value = match gate {
+        GateStatus::Enabled => Value::Kept,
+        GateStatus::Disabled => Value::Dropped,
+        GateStatus::Unknown => return capabilities,
+    };
+    capabilities.set(Name::MaxUnavailable, Learned::probed(value, "a test"));
+    capabilities
+}

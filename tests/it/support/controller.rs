@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
+use stateful_admission::capabilities::{self, CapabilityCell};
 use stateful_admission::cluster::watch;
 use stateful_admission::controller::{Controller, ControllerConfig, Features, LeaseTiming};
 use tokio::task::JoinHandle;
@@ -53,15 +54,35 @@ pub fn client(api: &FakeApiServer) -> kube::Client {
     kube::Client::try_from(config).expect("a kube client for the fake API server")
 }
 
-/// A controller running on its own task, with its own view and metrics.
+/// How the capability prober beside a test controller runs: in the controller's namespace,
+/// as `serve` runs it.
+pub fn prober() -> capabilities::run::Settings {
+    capabilities::run::Settings {
+        namespace: CONTROLLER_NAMESPACE.to_owned(),
+        ..capabilities::run::Settings::default()
+    }
+}
+
+/// A controller running on its own task, with its own view and metrics, beside a capability
+/// prober (as in `serve`: every replica probes; the controller reads what it learns).
 pub struct RunningController {
     stop: CancellationToken,
     handle: JoinHandle<()>,
+    probing: JoinHandle<()>,
     registry: Arc<Registry>,
 }
 
 impl RunningController {
     pub fn start(api: &FakeApiServer, config: ControllerConfig) -> Self {
+        Self::start_with(api, config, prober())
+    }
+
+    /// [`Self::start`] with the prober's settings.
+    pub fn start_with(
+        api: &FakeApiServer,
+        config: ControllerConfig,
+        prober: capabilities::run::Settings,
+    ) -> Self {
         let client = client(api);
         let stop = CancellationToken::new();
         let (view, driver) = watch::from_cluster(client.clone(), Some(CONTROLLER_NAMESPACE));
@@ -73,11 +94,15 @@ impl RunningController {
             }
         });
         let mut registry = Registry::default();
-        let controller = Controller::new(config, &mut registry, Default::default());
+        let cell = CapabilityCell::default();
+        let prober = capabilities::run::Prober::new(prober, &mut registry, cell.clone());
+        let probing = tokio::spawn(prober.run(client.clone(), Some(view.clone()), stop.clone()));
+        let controller = Controller::new(config, &mut registry, cell);
         let handle = tokio::spawn(controller.run(client, view, stop.clone()));
         Self {
             stop,
             handle,
+            probing,
             registry: Arc::new(registry),
         }
     }
@@ -106,6 +131,7 @@ impl RunningController {
     /// Kills the controller without releasing anything, as a crash would.
     pub fn kill(self) {
         self.handle.abort();
+        self.probing.abort();
     }
 }
 
