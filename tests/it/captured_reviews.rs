@@ -67,7 +67,9 @@ fn view() -> ClusterView {
 }
 
 /// What an answer comes to: allowed, the paths the patch touches, the warnings' first words.
-fn verdict(response: &Value) -> (bool, Vec<String>, Vec<String>) {
+type Verdict = (bool, Vec<String>, Vec<String>);
+
+fn verdict(response: &Value) -> Verdict {
     let allowed = response["allowed"] == json!(true);
     let paths = patch_of(response)
         .as_array()
@@ -93,10 +95,8 @@ fn verdict(response: &Value) -> (bool, Vec<String>, Vec<String>) {
 
 #[tokio::test]
 async fn every_version_s_reviews_get_the_same_answers() {
-    let mut by_file: std::collections::BTreeMap<
-        String,
-        (String, (bool, Vec<String>, Vec<String>)),
-    > = std::collections::BTreeMap::new();
+    let mut by_file: std::collections::BTreeMap<String, (String, Verdict)> =
+        std::collections::BTreeMap::new();
     for (label, keeps) in LABELS {
         let app = common::app(view(), policy(keeps));
         let dir = common::fixture_path(&format!("apiserver-behaviour/{label}/reviews"));
