@@ -66,14 +66,17 @@
 pub mod admission;
 mod apply;
 pub mod authz;
+mod discovery;
 mod errors;
 mod events;
 mod http;
 pub mod managed_fields;
 mod pagination;
+pub mod profile;
 mod registry;
 mod request_log;
 pub mod resources;
+mod schema;
 mod seed;
 mod selectors;
 mod store;
@@ -97,11 +100,24 @@ pub use traffic::{WatchSelector, WriteRecord};
 pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
 
 pub use admission::AdmissionHook;
+pub use profile::Profile;
 use request_log::{Fault, HoldRule, RequestLog};
 use store::{Store, meta_str, metadata_mut, namespace_and_name, typed};
 
+/// How a validation message quotes an `intstr.IntOrString` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueWording {
+    /// Go's `%#v` of the struct, as `field.Invalid` printed it up to v1.33:
+    /// `intstr.IntOrString{Type:1, IntVal:0, StrVal:"0%"}`.
+    GoStruct,
+    /// As JSON, as v1.34+ print it: `0`, `"0%"`.
+    Json,
+}
+
 /// Behaviour switches; all may also be changed while the server runs
-/// ([`FakeApiServer::configure`]).
+/// ([`FakeApiServer::configure`]). [`FakeApiConfig::profile`] sets them as one captured
+/// apiserver version answers; the default is a v1.33 with both StatefulSet and
+/// VolumeAttributesClass gates on.
 #[derive(Debug, Clone)]
 pub struct FakeApiConfig {
     /// Whether a claim's `spec.storageClassName` may go from unset to a value (Kubernetes
@@ -113,7 +129,8 @@ pub struct FakeApiConfig {
     pub drop_statefulset_max_unavailable: bool,
     /// Act like an apiserver with the `VolumeAttributesClass` gate off (v1.32 and v1.33's
     /// default): silently drop a claim's `spec.volumeAttributesClassName` on every write
-    /// (unless the stored claim already uses it). StatefulSet claim templates keep it.
+    /// (unless the stored claim already uses it). StatefulSet claim templates keep it. With
+    /// the gate off no version of `storage.k8s.io` serves VolumeAttributesClasses either.
     pub drop_claim_volume_attributes_class: bool,
     /// How long an orphan delete keeps the object present, with `deletionTimestamp` and
     /// the `orphan` finalizer, before the dependents are orphaned and the object goes;
@@ -128,6 +145,68 @@ pub struct FakeApiConfig {
     pub request_log_limit: usize,
     /// `gitVersion` of `/version`.
     pub git_version: String,
+    /// `gitCommit` of `/version`.
+    pub git_commit: String,
+    /// Whose captured discovery documents and OpenAPI property names are served (adjusted to
+    /// the switches: [`profile::Documents`]).
+    pub documents: Profile,
+    /// The `storage.k8s.io` version that serves VolumeAttributesClasses (`v1`, `v1beta1`),
+    /// when `drop_claim_volume_attributes_class` is off; none: no version serves them (404).
+    pub volume_attributes_class_api: Option<&'static str>,
+    /// Whether a new VolumeAttributesClass gets the `kubernetes.io/vac-protection` finalizer
+    /// (v1.35+).
+    pub volume_attributes_class_protection: bool,
+    /// Whether the StatefulSet types have `rollingUpdate.maxUnavailable` (not in
+    /// v1.24.0-alpha.1): without it a sent value is lost in decoding, before the field manager
+    /// sees it, and OpenAPI does not list it.
+    pub statefulset_max_unavailable_in_types: bool,
+    /// `SetDefaults_StatefulSet` with `MaxUnavailableStatefulSet` on: a `rollingUpdate`
+    /// without `maxUnavailable` gets 1.
+    pub max_unavailable_default_one: bool,
+    /// `maxUnavailable` validated (`pkg/apis/apps/validation`: not negative, not 0, not over
+    /// 100%), as with `MaxUnavailableStatefulSet` on, in this wording; none: not validated.
+    pub max_unavailable_validation: Option<ValueWording>,
+    /// Whether the claim types have `spec.volumeAttributesClassName` (v1.29+): without it a
+    /// sent value is lost in decoding, and the immutability message is the older one
+    /// (`... except resources.requests for bound claims`).
+    pub claim_volume_attributes_class_in_types: bool,
+    /// Whether `spec.persistentVolumeClaimRetentionPolicy` is served and defaulted
+    /// (`StatefulSetAutoDeletePVC`, beta from v1.27): when off it is dropped, as v1.24 does.
+    pub statefulset_retention_policy: bool,
+    /// The spec fields a StatefulSet update may change, in the order the apiserver's
+    /// message names them ([`profile::STATEFULSET_MUTABLE_V1_32`] and its siblings).
+    pub statefulset_mutable_fields: &'static [&'static str],
+    /// Whether a zero `metadata.creationTimestamp` prints as `null` (up to v1.34): in the
+    /// pod template and claim templates of a StatefulSet, and in the object a mutating webhook
+    /// sees on create.
+    pub zero_creation_timestamp_null: bool,
+    /// Whether the claim immutability message ends with a unified diff of the two specs as
+    /// JSON (v1.35+, `k8s.io/apimachinery/pkg/util/diff`). Older apiservers append a go-cmp
+    /// diff, which the fake does not reproduce: the message then ends after the sentence.
+    pub claim_spec_json_diff: bool,
+    /// Whether a bound claim's request may be lowered while it stays above `status.capacity`
+    /// (`RecoverVolumeExpansionFailure`, on from v1.32): when off any decrease is refused with
+    /// `field can not be less than previous value`.
+    pub expansion_recovery: bool,
+    /// Not a captured version: a future apiserver with KEP-4650 (StatefulSet claim template
+    /// updates). StatefulSetSpec lists `volumeClaimUpdatePolicy` in OpenAPI, the field is kept
+    /// on writes, and an update changing only the labels, annotations,
+    /// `resources.requests.storage` or `volumeAttributesClassName` of claim templates is
+    /// accepted.
+    pub native_template_edits: bool,
+    /// Whether service-account users carry `authentication.kubernetes.io/credential-id` in
+    /// `userInfo.extra` (v1.32+: the token's JTI), as webhooks see it.
+    pub service_account_credential_id: bool,
+    /// Whether the StatefulSet controller labels pods `apps.kubernetes.io/pod-index` (v1.28+),
+    /// for the simulations that play it.
+    pub pod_index_label: bool,
+    /// Whether pods get `metadata.generation` (v1.35+).
+    pub pod_generation: bool,
+    /// Whether a PersistentVolume's status records `lastPhaseTransitionTime` (v1.29+).
+    pub volume_last_phase_transition_time: bool,
+    /// Whether a PersistentVolume's `spec.claimRef` is tracked field by field in managedFields
+    /// (v1.26+); before, it is one atomic value.
+    pub volume_claim_ref_granular: bool,
     /// Whether the client may impersonate (`Impersonate-User`) for an access review.
     pub impersonation_allowed: bool,
     /// What `SelfSubjectAccessReview` answers as refused; everything else is allowed.
@@ -145,6 +224,25 @@ impl Default for FakeApiConfig {
             watch_history_limit: 10_000,
             request_log_limit: 100_000,
             git_version: "v1.33.0".to_owned(),
+            git_commit: "0000000000000000000000000000000000000000".to_owned(),
+            documents: Profile::V1_32GatesOn,
+            volume_attributes_class_api: Some("v1beta1"),
+            volume_attributes_class_protection: false,
+            statefulset_max_unavailable_in_types: true,
+            max_unavailable_default_one: false,
+            max_unavailable_validation: None,
+            claim_volume_attributes_class_in_types: true,
+            statefulset_retention_policy: true,
+            statefulset_mutable_fields: profile::STATEFULSET_MUTABLE_V1_32,
+            zero_creation_timestamp_null: true,
+            claim_spec_json_diff: false,
+            expansion_recovery: true,
+            native_template_edits: false,
+            service_account_credential_id: false,
+            pod_index_label: false,
+            pod_generation: false,
+            volume_last_phase_transition_time: true,
+            volume_claim_ref_granular: true,
             impersonation_allowed: true,
             denied_access: Vec::new(),
         }

@@ -28,6 +28,7 @@ use super::errors::{ApiError, FieldError};
 use super::managed_fields::{self, Conflict, FieldSet, Tracking};
 use super::registry::{self, Target, Update, Writer};
 use super::resources::ResourceType;
+use super::schema::Schema;
 use super::store::{Store, meta_str};
 
 /// Checks the options of a patch: `fieldManager` for apply, `force` only with apply.
@@ -195,15 +196,17 @@ pub fn apply_update(
     let mut merged = current.clone();
     merge(&mut merged, &applied);
     let now = registry::now_rfc3339();
+    let schema = Schema::new(resource, config);
     managed_fields::apply(
         Some(current),
         &mut merged,
-        managed_fields::field_set(&managed_fields::tracked(&applied, tracking)),
+        managed_fields::field_set(&schema, &managed_fields::tracked(&applied, tracking)),
         &managed_fields::Writer {
             manager: request.writer.manager,
             api_version: &resource.api_version(),
             tracking,
             now: &now,
+            schema,
         },
         force,
     )
@@ -231,15 +234,17 @@ pub fn apply_create(
         meta.remove("managedFields");
     }
     let now = registry::now_rfc3339();
+    let schema = Schema::new(resource, config);
     managed_fields::apply(
         None,
         &mut object,
-        managed_fields::field_set(&managed_fields::tracked(&applied, tracking)),
+        managed_fields::field_set(&schema, &managed_fields::tracked(&applied, tracking)),
         &managed_fields::Writer {
             manager: writer.manager,
             api_version: &resource.api_version(),
             tracking,
             now: &now,
+            schema,
         },
         true,
     )

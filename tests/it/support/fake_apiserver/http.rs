@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
+use axum::routing::{any, get};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -19,6 +19,7 @@ use super::Shared;
 use super::admission::{self, UserInfo, WriteBody, WriteRequest};
 use super::apply;
 use super::authz;
+use super::discovery;
 use super::errors::ApiError;
 use super::pagination::{self, ListRequest};
 use super::registry::{self, DeleteOptions, PatchKind, Target, Writer};
@@ -35,6 +36,18 @@ pub fn router(shared: Arc<Shared>) -> Router {
     let resource = any(serve_resource);
     Router::new()
         .route("/version", axum::routing::get(authz::version))
+        .route("/api", get(discovery::core_versions))
+        .route("/api/{version}", get(discovery::core_resources))
+        .route("/apis", get(discovery::groups))
+        .route("/apis/{group}", get(discovery::group))
+        .route("/apis/{group}/{version}", get(discovery::group_resources))
+        .route("/openapi/v2", get(discovery::openapi_v2))
+        .route("/openapi/v3", get(discovery::openapi_v3_index))
+        .route("/openapi/v3/api/{version}", get(discovery::openapi_v3_core))
+        .route(
+            "/openapi/v3/apis/{group}/{version}",
+            get(discovery::openapi_v3_group),
+        )
         .route(
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
             axum::routing::post(authz::self_subject_access_review),
@@ -211,12 +224,22 @@ struct Address {
 }
 
 impl Address {
-    fn resolve(mut params: HashMap<String, String>) -> Result<Self, ApiError> {
+    fn resolve(
+        mut params: HashMap<String, String>,
+        config: &super::FakeApiConfig,
+    ) -> Result<Self, ApiError> {
         let group = params.remove("group").unwrap_or_default();
         let version = params.remove("version").unwrap_or_default();
         let plural = params.remove("plural").unwrap_or_default();
         let resource =
             ResourceType::find(&group, &version, &plural).ok_or_else(ApiError::unknown_path)?;
+        // VolumeAttributesClasses are served at one version, or none, as the gate and the
+        // enabled versions decide.
+        if resource.plural == "volumeattributesclasses"
+            && super::profile::volume_attributes_class_version(config) != Some(resource.version)
+        {
+            return Err(ApiError::unknown_path());
+        }
         let namespace = params.remove("namespace");
         if namespace.is_some() && !resource.namespaced {
             return Err(ApiError::unknown_path());
@@ -260,7 +283,7 @@ async fn serve_resource(
     body: Bytes,
 ) -> Response {
     let result = match query {
-        Ok(Query(params_q)) => match Address::resolve(params) {
+        Ok(Query(params_q)) => match Address::resolve(params, &shared.config()) {
             Ok(address) => dispatch(&shared, &method, &address, &params_q, &headers, &body).await,
             Err(e) => Err(e),
         },

@@ -10,6 +10,7 @@ use super::FakeApiConfig;
 use super::errors::{ApiError, FieldError};
 use super::managed_fields;
 use super::resources::{self, ResourceType};
+use super::schema::Schema;
 use super::store::{Store, meta_str, metadata_mut, namespace_and_name, set_meta};
 use super::strategic;
 use super::validation::{self, PvcUpdateRules};
@@ -181,6 +182,7 @@ pub fn prepare_create(
             api_version: &resource.api_version(),
             tracking: tracking(resource, Target::Main),
             now: &now,
+            schema: Schema::new(resource, config),
         },
     );
     // StorageObjectInUseProtection, a built-in admission plugin: after the field manager,
@@ -323,6 +325,7 @@ pub fn prepare_update(
             api_version: &resource.api_version(),
             tracking: tracking(resource, request.target),
             now: &now,
+            schema: Schema::new(resource, config),
         },
     );
     Ok(updated)

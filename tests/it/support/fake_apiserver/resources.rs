@@ -248,8 +248,37 @@ pub static DEPLOYMENTS: ResourceType = ResourceType {
     field_labels: &[],
 };
 
+pub static PERSISTENT_VOLUMES: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "persistentvolumes",
+    kind: "PersistentVolume",
+    namespaced: false,
+    status_subresource: true,
+    tracks_generation: false,
+    field_labels: &[],
+};
+
+/// Served where the configuration says (`FakeApiConfig::volume_attributes_class_api`): GA.
+pub static VOLUME_ATTRIBUTES_CLASSES: ResourceType = ResourceType {
+    group: "storage.k8s.io",
+    version: "v1",
+    plural: "volumeattributesclasses",
+    kind: "VolumeAttributesClass",
+    namespaced: false,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[],
+};
+
+/// The same in beta (v1.31 to v1.33 with the gate on and the version enabled).
+pub static VOLUME_ATTRIBUTES_CLASSES_V1BETA1: ResourceType = ResourceType {
+    version: "v1beta1",
+    ..VOLUME_ATTRIBUTES_CLASSES
+};
+
 /// Every served type.
-pub static ALL: [&ResourceType; 13] = [
+pub static ALL: [&ResourceType; 16] = [
     &STATEFULSETS,
     &DEPLOYMENTS,
     &PERSISTENT_VOLUME_CLAIMS,
@@ -263,4 +292,7 @@ pub static ALL: [&ResourceType; 13] = [
     &SECRETS,
     &MUTATING_WEBHOOK_CONFIGURATIONS,
     &VALIDATING_WEBHOOK_CONFIGURATIONS,
+    &PERSISTENT_VOLUMES,
+    &VOLUME_ATTRIBUTES_CLASSES,
+    &VOLUME_ATTRIBUTES_CLASSES_V1BETA1,
 ];
