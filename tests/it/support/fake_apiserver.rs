@@ -207,6 +207,11 @@ pub struct FakeApiConfig {
     /// Whether a PersistentVolume's `spec.claimRef` is tracked field by field in managedFields
     /// (v1.26+); before, it is one atomic value.
     pub volume_claim_ref_granular: bool,
+    /// Whether the `PersistentVolumeClaimResize` admission plugin runs, as on every apiserver
+    /// (and in every profile): a claim's request grows only while it is bound and its
+    /// StorageClass has `allowVolumeExpansion: true` (403 otherwise). Off by default, where
+    /// tests expand bound claims without making their class.
+    pub claim_resize_admission: bool,
     /// Whether the client may impersonate (`Impersonate-User`) for an access review.
     pub impersonation_allowed: bool,
     /// What `SelfSubjectAccessReview` answers as refused; everything else is allowed.
@@ -243,6 +248,7 @@ impl Default for FakeApiConfig {
             pod_generation: false,
             volume_last_phase_transition_time: true,
             volume_claim_ref_granular: true,
+            claim_resize_admission: false,
             impersonation_allowed: true,
             denied_access: Vec::new(),
         }
@@ -402,6 +408,11 @@ impl FakeApiServer {
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
         kube::Client::try_from(config).expect("a kube client for the fake API server")
+    }
+
+    /// The behaviour switches now.
+    pub fn config(&self) -> FakeApiConfig {
+        self.shared.config()
     }
 
     /// Changes behaviour switches; takes effect for the next request.

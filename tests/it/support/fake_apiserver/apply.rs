@@ -158,7 +158,7 @@ fn scoped(config: &Value, tracking: Tracking) -> Value {
     if let Some(map) = out.as_object_mut() {
         match tracking {
             Tracking::Whole => {}
-            Tracking::Main => {
+            Tracking::Main | Tracking::Scale => {
                 map.remove("status");
             }
             Tracking::Status => {
@@ -211,7 +211,40 @@ pub fn apply_update(
         force,
     )
     .map_err(|conflicts| conflict_error(&conflicts))?;
+    update_last_applied(request.writer.manager, &applied, &mut merged);
     registry::strategy_update(config, request, current, merged)
+}
+
+/// The annotation `kubectl apply` (client-side) keeps its last configuration in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// `lastAppliedUpdater`: an apply by `kubectl` (its server-side apply) rewrites the
+/// client-side annotation where the object has one, so that a later client-side apply
+/// agrees; the annotation is the applied configuration as JSON, without the annotation
+/// itself. Done after the field manager: the annotation stays whoever's it was.
+fn update_last_applied(manager: &str, applied: &Value, object: &mut Value) {
+    let present = object
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED))
+        .and_then(Value::as_str)
+        .is_some_and(|v| !v.is_empty());
+    if manager != "kubectl" || !present {
+        return;
+    }
+    let mut last = applied.clone();
+    if let Some(annotations) = last
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.remove(LAST_APPLIED);
+    }
+    let text = format!("{last}\n");
+    if let Some(annotations) = object
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.insert(LAST_APPLIED.to_owned(), json!(text));
+    }
 }
 
 /// An apply that creates the object: the created object, before admission; the applier

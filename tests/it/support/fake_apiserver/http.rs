@@ -176,6 +176,7 @@ struct Params {
     dry_run: Option<String>,
     propagation_policy: Option<String>,
     field_manager: Option<String>,
+    field_validation: Option<String>,
     force: Option<String>,
     limit: Option<String>,
     #[serde(rename = "continue")]
@@ -247,6 +248,7 @@ impl Address {
         let target = match params.remove("subresource").as_deref() {
             None => Target::Main,
             Some("status") if resource.status_subresource => Target::Status,
+            Some("scale") if resource.plural == "statefulsets" => Target::Scale,
             Some(_) => return Err(ApiError::unknown_path()),
         };
         let name = params.remove("name");
@@ -303,6 +305,9 @@ async fn dispatch(
     let resource = address.resource;
     let dry_run = params.dry_run.as_deref() == Some("All");
     let namespace = address.namespace.as_deref().unwrap_or("");
+    if address.target == Target::Scale {
+        return scale(shared, method, address, params, headers, dry_run, body).await;
+    }
     match (method, address.name.as_deref()) {
         (&Method::GET, None) if flag(params.watch.as_ref()) => {
             let request = WatchRequest {
@@ -435,6 +440,86 @@ async fn dispatch(
     }
 }
 
+/// The autoscaling/v1 Scale of a StatefulSet (`GetScale` of its registry).
+fn scale_of(set: &Value) -> Value {
+    let selector: Vec<String> = set
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    let meta = |k: &str| set.pointer(&format!("/metadata/{k}")).cloned().unwrap_or(Value::Null);
+    serde_json::json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {"name": meta("name"), "namespace": meta("namespace"), "uid": meta("uid"),
+                     "resourceVersion": meta("resourceVersion"),
+                     "creationTimestamp": meta("creationTimestamp")},
+        "spec": {"replicas": set.pointer("/spec/replicas").cloned().unwrap_or(serde_json::json!(0))},
+        "status": {"replicas": set.pointer("/status/replicas").cloned().unwrap_or(serde_json::json!(0)),
+                   "selector": selector.join(",")},
+    })
+}
+
+/// `statefulsets/{name}/scale`: read, or change `spec.replicas` by a patch or replace of the
+/// Scale (admission sees an UPDATE of the `scale` subresource).
+async fn scale(
+    shared: &Arc<Shared>,
+    method: &Method,
+    address: &Address,
+    params: &Params,
+    headers: &HeaderMap,
+    dry_run: bool,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let resource = address.resource;
+    let namespace = address.namespace.as_deref().unwrap_or("");
+    let name = address.name.as_deref().unwrap_or("");
+    let current = shared
+        .store()
+        .get(resource, namespace, name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(resource, name))?;
+    let current_scale = scale_of(&current);
+    let wanted = match *method {
+        Method::GET => return Ok(json_response(StatusCode::OK, &current_scale)),
+        Method::PUT => registry::parse_object(body)?,
+        Method::PATCH => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = PatchKind::from_content_type(content_type)?;
+            if kind == PatchKind::Apply {
+                return Err(ApiError::unsupported_media_type(content_type));
+            }
+            registry::patched(resource, &current_scale, kind, body)?
+        }
+        _ => return Err(ApiError::method_not_allowed(method.as_str())),
+    };
+    let replicas = wanted
+        .pointer("/spec/replicas")
+        .cloned()
+        .unwrap_or(serde_json::json!(0));
+    let patch = serde_json::json!({"spec": {"replicas": replicas}});
+    let response = write(
+        shared,
+        address,
+        params,
+        headers,
+        dry_run,
+        WriteBody::Patch(PatchKind::Merge, patch.to_string().into_bytes()),
+    )
+    .await?;
+    let (parts, body) = response.into_parts();
+    let bytes = to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let written: Value =
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok((parts.status, axum::Json(scale_of(&written))).into_response())
+}
+
 /// A create, replace, patch or apply, through admission.
 async fn write(
     shared: &Arc<Shared>,
@@ -455,7 +540,8 @@ async fn write(
             dry_run,
         },
         field_manager: params.field_manager.as_deref(),
-        user: UserInfo::from_headers(headers),
+        field_validation: params.field_validation.as_deref(),
+        user: UserInfo::from_headers(headers, &shared.config()),
         body,
     };
     let written = admission::write(shared, &request).await?;

@@ -353,6 +353,8 @@ pub enum Tracking {
     Main,
     /// The `status` subresource: all but `spec` (the status strategies reset only the spec).
     Status,
+    /// The `scale` subresource: as the main resource, its own entry.
+    Scale,
 }
 
 /// The part of `object` the field manager tracks.
@@ -365,7 +367,7 @@ pub fn tracked(object: &Value, tracking: Tracking) -> Value {
     map.remove("kind");
     match tracking {
         Tracking::Whole => {}
-        Tracking::Main => {
+        Tracking::Main | Tracking::Scale => {
             map.remove("status");
         }
         Tracking::Status => {
@@ -580,6 +582,7 @@ pub fn update(live: Option<&Value>, new: &mut Value, writer: &Writer<'_>) {
     let changed = comparison.changed();
     let subresource = match writer.tracking {
         Tracking::Status => "status",
+        Tracking::Scale => "scale",
         _ => "",
     };
     let mine = Entry {

@@ -230,6 +230,7 @@ impl FakeApiConfig {
             git_version: data.git_version.clone(),
             git_commit: data.git_commit.clone(),
             documents: profile,
+            claim_resize_admission: true,
             ..FakeApiConfig::default()
         };
         // v1.32 as shipped: both gates off; the rest of the switches as the default has them.

@@ -13,7 +13,8 @@ pub struct ResourceType {
     /// Whether `/status` is a separate subresource, so that writes to the main resource
     /// keep the stored `.status` (as the real registries do).
     pub status_subresource: bool,
-    /// Whether `metadata.generation` counts `.spec` changes.
+    /// Whether `metadata.generation` counts changes of anything but metadata and status (the
+    /// spec; a webhook configuration's `webhooks`).
     pub tracks_generation: bool,
     /// Field selector labels beyond `metadata.name`/`metadata.namespace`, with the JSON
     /// pointer each reads; the real apiserver rejects any other label.
@@ -221,7 +222,7 @@ pub static MUTATING_WEBHOOK_CONFIGURATIONS: ResourceType = ResourceType {
     kind: "MutatingWebhookConfiguration",
     namespaced: false,
     status_subresource: false,
-    tracks_generation: false,
+    tracks_generation: true,
     field_labels: &[],
 };
 
@@ -232,7 +233,7 @@ pub static VALIDATING_WEBHOOK_CONFIGURATIONS: ResourceType = ResourceType {
     kind: "ValidatingWebhookConfiguration",
     namespaced: false,
     status_subresource: false,
-    tracks_generation: false,
+    tracks_generation: true,
     field_labels: &[],
 };
 

@@ -47,6 +47,15 @@ impl Schema {
         }
     }
 
+    /// The schema of the newest versions (granular `claimRef`), where no configuration is at
+    /// hand.
+    pub fn of(resource: &'static ResourceType) -> Self {
+        Self {
+            resource,
+            claim_ref_granular: true,
+        }
+    }
+
     /// Where the pod spec is: `spec` of a pod, `spec.template.spec` of a workload.
     fn pod_spec_root(&self) -> Option<&'static [&'static str]> {
         let r = self.resource;
