@@ -4,6 +4,7 @@ mod admission_mode;
 #[path = "../agreement/mod.rs"]
 mod agreement;
 mod agreement_fake;
+mod apiserver_replay;
 mod certs;
 mod certs_self_managed;
 mod check;

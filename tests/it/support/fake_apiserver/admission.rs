@@ -432,13 +432,9 @@ fn complete(
     }
     let object = match &prepared.current {
         None => registry::complete_create(store, config, request.resource, prepared.object)?,
-        Some(current) => registry::complete_update(
-            store,
-            config,
-            &request.update(),
-            current,
-            prepared.object,
-        )?,
+        Some(current) => {
+            registry::complete_update(store, config, &request.update(), current, prepared.object)?
+        }
     };
     Ok(Prepared { object, ..prepared })
 }

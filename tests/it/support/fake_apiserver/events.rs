@@ -66,7 +66,14 @@ pub fn views(resource: &ResourceType, object: &Value) -> (Value, Value) {
     let mut v1 = convert(&core, "events.k8s.io/v1", "Event", |pair| pair);
     // events.k8s.io/v1 leaves these out when empty (`omitempty`), where core/v1 prints "".
     if let Some(map) = v1.as_object_mut() {
-        for field in ["reportingController", "reportingInstance", "action", "reason", "note", "type"] {
+        for field in [
+            "reportingController",
+            "reportingInstance",
+            "action",
+            "reason",
+            "note",
+            "type",
+        ] {
             if map.get(field).is_some_and(|v| v == "") {
                 map.remove(field);
             }

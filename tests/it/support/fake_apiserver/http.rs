@@ -449,7 +449,11 @@ fn scale_of(set: &Value) -> Value {
         .flatten()
         .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
         .collect();
-    let meta = |k: &str| set.pointer(&format!("/metadata/{k}")).cloned().unwrap_or(Value::Null);
+    let meta = |k: &str| {
+        set.pointer(&format!("/metadata/{k}"))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
     serde_json::json!({
         "kind": "Scale", "apiVersion": "autoscaling/v1",
         "metadata": {"name": meta("name"), "namespace": meta("namespace"), "uid": meta("uid"),

@@ -257,7 +257,9 @@ impl Walker<'_> {
             elements.dedup();
             for element in elements {
                 let find = |side: &[(String, Value)]| {
-                    side.iter().find(|(e, _)| e == element).map(|(_, v)| v.clone())
+                    side.iter()
+                        .find(|(e, _)| e == element)
+                        .map(|(_, v)| v.clone())
                 };
                 let (a, b) = (find(&o), find(&n));
                 self.path.push(element.clone());
@@ -378,7 +380,6 @@ pub fn tracked(object: &Value, tracking: Tracking) -> Value {
         for server_owned in [
             "name",
             "namespace",
-            "generateName",
             "uid",
             "resourceVersion",
             "generation",

@@ -105,7 +105,9 @@ impl Profile {
     pub fn data(self) -> Arc<ProfileData> {
         static CACHE: OnceLock<Mutex<HashMap<Profile, Arc<ProfileData>>>> = OnceLock::new();
         let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-        let mut cache = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(
             cache
                 .entry(self)
@@ -121,8 +123,8 @@ impl Profile {
         let path = self.dir().join("probes.json");
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-        let records: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
+        let records: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
         records
             .as_array()
             .cloned()
@@ -395,13 +397,23 @@ impl Documents {
                 .iter()
                 .filter(|r| r.group == group && r.version == version)
                 .flat_map(|r| {
-                    let verbs = json!(["create", "delete", "deletecollection", "get", "list",
-                                       "patch", "update", "watch"]);
+                    let verbs = json!([
+                        "create",
+                        "delete",
+                        "deletecollection",
+                        "get",
+                        "list",
+                        "patch",
+                        "update",
+                        "watch"
+                    ]);
                     let mut entries = vec![json!({"name": r.plural, "kind": r.kind,
                         "namespaced": r.namespaced, "verbs": verbs})];
                     if r.status_subresource {
-                        entries.push(json!({"name": format!("{}/status", r.plural), "kind": r.kind,
-                            "namespaced": r.namespaced, "verbs": ["get", "patch", "update"]}));
+                        entries.push(
+                            json!({"name": format!("{}/status", r.plural), "kind": r.kind,
+                            "namespaced": r.namespaced, "verbs": ["get", "patch", "update"]}),
+                        );
                     }
                     entries
                 })
@@ -427,8 +439,10 @@ impl Documents {
             };
             resource["singularName"] = json!(singular);
         }
-        Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
-                    "resources": resources}))
+        Some(
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                    "resources": resources}),
+        )
     }
 
     /// Definition name → property names, adjusted to the switches.
@@ -524,7 +538,9 @@ impl Documents {
         let schemas: serde_json::Map<String, Value> = self
             .definitions()
             .iter()
-            .filter(|(name, _)| name.starts_with(&prefix) || name.starts_with("io.k8s.api.core.v1."))
+            .filter(|(name, _)| {
+                name.starts_with(&prefix) || name.starts_with("io.k8s.api.core.v1.")
+            })
             .map(|(name, properties)| (name.clone(), Self::schema(properties)))
             .collect();
         Some(json!({"openapi": "3.0.0",

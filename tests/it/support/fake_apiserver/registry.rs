@@ -222,7 +222,9 @@ fn admit_create(
     // DefaultStorageClass: a claim with no class (not `""`) and no beta annotation gets the
     // default class, the newest if several (plugin/pkg/admission/storage/storageclass/setdefault).
     if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
-        && object.pointer("/spec/storageClassName").is_none_or(Value::is_null)
+        && object
+            .pointer("/spec/storageClassName")
+            .is_none_or(Value::is_null)
         && object
             .pointer(&format!(
                 "/metadata/annotations/{}",
@@ -243,9 +245,12 @@ fn admit_create(
 /// beta form `"true"`), the newest if several.
 pub fn default_storage_class(store: &Store) -> Option<String> {
     let is_default = |class: &&Value| {
-        ["storageclass.kubernetes.io~1is-default-class", "storageclass.beta.kubernetes.io~1is-default-class"]
-            .iter()
-            .any(|a| class.pointer(&format!("/metadata/annotations/{a}")) == Some(&json!("true")))
+        [
+            "storageclass.kubernetes.io~1is-default-class",
+            "storageclass.beta.kubernetes.io~1is-default-class",
+        ]
+        .iter()
+        .any(|a| class.pointer(&format!("/metadata/annotations/{a}")) == Some(&json!("true")))
     };
     store
         .list(&resources::STORAGE_CLASSES, None)
@@ -277,6 +282,11 @@ pub fn complete_create(
     if tracks_generation(config, resource) {
         meta.insert("generation".into(), json!(1));
     }
+    // The claim strategy's PrepareForCreate empties the status; validating admission sees
+    // it so, and `Pending` is the v1 default the stored claim is read with.
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
+        object["status"] = json!({});
+    }
     let errors = validate_create(config, resource, &object);
     if !errors.is_empty() {
         let (_, name) = namespace_and_name(&object);
@@ -289,9 +299,14 @@ pub fn complete_create(
 pub fn commit_create(
     store: &mut Store,
     resource: &'static ResourceType,
-    object: Value,
+    mut object: Value,
     dry_run: bool,
 ) -> Result<Value, ApiError> {
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
+        && object.pointer("/status/phase").is_none()
+    {
+        object["status"] = json!({"phase": "Pending"});
+    }
     let (ns, name) = namespace_and_name(&object);
     if store.get(resource, &ns, &name).is_some() {
         return Err(ApiError::already_exists(resource, &name));
@@ -583,7 +598,8 @@ fn admit_update(
     old: &Value,
     new: &Value,
 ) -> Result<(), ApiError> {
-    if !std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) || !config.claim_resize_admission
+    if !std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
+        || !config.claim_resize_admission
     {
         return Ok(());
     }
@@ -1070,7 +1086,11 @@ pub fn drop_disabled_fields(
 }
 
 /// Validation of a new object, where the fake models it.
-fn validate_create(config: &FakeApiConfig, resource: &ResourceType, object: &Value) -> Vec<FieldError> {
+fn validate_create(
+    config: &FakeApiConfig,
+    resource: &ResourceType,
+    object: &Value,
+) -> Vec<FieldError> {
     if std::ptr::eq(resource, &resources::SECRETS) {
         validation::validate_secret(object)
     } else if std::ptr::eq(resource, &resources::STATEFULSETS) {

@@ -73,7 +73,9 @@ impl Schema {
         match path {
             ["metadata", "ownerReferences"] => return ListType::Map(&["uid"]),
             ["metadata", "finalizers"] => return ListType::Set,
-            ["status", "conditions"] if !is(self.resource, &resources::PERSISTENT_VOLUME_CLAIMS) => {
+            ["status", "conditions"]
+                if !is(self.resource, &resources::PERSISTENT_VOLUME_CLAIMS) =>
+            {
                 return ListType::Map(&["type"]);
             }
             ["webhooks"] => return ListType::Map(&["name"]),
@@ -93,9 +95,7 @@ impl Schema {
             ["containers" | "initContainers", "*", "ports"] => {
                 ListType::Map(&["containerPort", "protocol"])
             }
-            ["containers" | "initContainers", "*", "volumeMounts"] => {
-                ListType::Map(&["mountPath"])
-            }
+            ["containers" | "initContainers", "*", "volumeMounts"] => ListType::Map(&["mountPath"]),
             _ => ListType::Atomic,
         }
     }
@@ -107,10 +107,7 @@ impl Schema {
             return path == ["spec", "selector"];
         }
         if is(r, &resources::PERSISTENT_VOLUME_CLAIMS) {
-            return matches!(
-                path,
-                ["spec", "selector" | "dataSource" | "dataSourceRef"]
-            );
+            return matches!(path, ["spec", "selector" | "dataSource" | "dataSourceRef"]);
         }
         if is(r, &resources::PERSISTENT_VOLUMES) {
             return !self.claim_ref_granular && path == ["spec", "claimRef"];
@@ -124,7 +121,10 @@ impl Schema {
         if is(r, &resources::MUTATING_WEBHOOK_CONFIGURATIONS)
             || is(r, &resources::VALIDATING_WEBHOOK_CONFIGURATIONS)
         {
-            return matches!(path, ["webhooks", "*", "namespaceSelector" | "objectSelector"]);
+            return matches!(
+                path,
+                ["webhooks", "*", "namespaceSelector" | "objectSelector"]
+            );
         }
         false
     }
@@ -134,7 +134,8 @@ impl Schema {
     pub fn zero(&self) -> Value {
         let r = self.resource;
         let meta = json!({"creationTimestamp": null});
-        let template = json!({"metadata": {"creationTimestamp": null}, "spec": {"containers": null}});
+        let template =
+            json!({"metadata": {"creationTimestamp": null}, "spec": {"containers": null}});
         if is(r, &resources::STATEFULSETS) {
             json!({"metadata": meta, "spec": {"selector": null, "template": template,
                    "serviceName": "", "updateStrategy": {}},

@@ -312,14 +312,19 @@ pub fn admit_pod(object: &mut Value) {
     if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
         let tolerations = spec.entry("tolerations").or_insert(json!([]));
         if let Some(list) = tolerations.as_array_mut() {
-            for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+            for key in [
+                "node.kubernetes.io/not-ready",
+                "node.kubernetes.io/unreachable",
+            ] {
                 let tolerated = list.iter().any(|t| {
                     t.get("key").and_then(Value::as_str) == Some(key)
                         || (t.get("operator") == Some(&json!("Exists")) && t.get("key").is_none())
                 });
                 if !tolerated {
-                    list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                     "tolerationSeconds": 300}));
+                    list.push(
+                        json!({"key": key, "operator": "Exists", "effect": "NoExecute",
+                                     "tolerationSeconds": 300}),
+                    );
                 }
             }
         }
@@ -343,7 +348,10 @@ pub fn admit_pod(object: &mut Value) {
 fn qos_class(pod: &Value) -> &'static str {
     let containers: Vec<&Value> = ["containers", "initContainers"]
         .iter()
-        .flat_map(|list| pod.pointer(&format!("/spec/{list}")).and_then(Value::as_array))
+        .flat_map(|list| {
+            pod.pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array)
+        })
         .flatten()
         .collect();
     let set = |c: &Value, what: &str| {
@@ -351,7 +359,10 @@ fn qos_class(pod: &Value) -> &'static str {
             .and_then(Value::as_object)
             .is_some_and(|m| !m.is_empty())
     };
-    if containers.iter().all(|c| !set(c, "requests") && !set(c, "limits")) {
+    if containers
+        .iter()
+        .all(|c| !set(c, "requests") && !set(c, "limits"))
+    {
         return "BestEffort";
     }
     let guaranteed = containers.iter().all(|c| {
@@ -361,7 +372,11 @@ fn qos_class(pod: &Value) -> &'static str {
             limit.is_some() && request == limit
         })
     });
-    if guaranteed { "Guaranteed" } else { "Burstable" }
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
 }
 
 /// Whether a StatefulSet uses `maxUnavailable` (the registry keeps a field already in use
@@ -661,7 +676,10 @@ fn go_claim_spec(spec: &Value) -> GoJson {
             "VolumeName".into(),
             GoJson::from(spec.get("volumeName").cloned().unwrap_or(json!(""))),
         ),
-        ("StorageClassName".into(), GoJson::from(get("storageClassName"))),
+        (
+            "StorageClassName".into(),
+            GoJson::from(get("storageClassName")),
+        ),
         ("VolumeMode".into(), GoJson::from(get("volumeMode"))),
         (
             "DataSource".into(),
@@ -789,7 +807,12 @@ fn matching_blocks(a: &[String], b: &[String]) -> Vec<(usize, usize, usize)> {
                 if j >= bhi {
                     break;
                 }
-                let k = j.checked_sub(1).and_then(|p| j2len.get(&p)).copied().unwrap_or(0) + 1;
+                let k = j
+                    .checked_sub(1)
+                    .and_then(|p| j2len.get(&p))
+                    .copied()
+                    .unwrap_or(0)
+                    + 1;
                 next.insert(j, k);
                 if k > bestsize {
                     (besti, bestj, bestsize) = (i + 1 - k, j + 1 - k, k);
@@ -856,7 +879,13 @@ fn grouped_opcodes(a: &[String], b: &[String], n: usize) -> Vec<Vec<Opcode>> {
         && first.0 == 'e'
     {
         let (tag, i1, i2, j1, j2) = *first;
-        *first = (tag, i1.max(i2.saturating_sub(n)), i2, j1.max(j2.saturating_sub(n)), j2);
+        *first = (
+            tag,
+            i1.max(i2.saturating_sub(n)),
+            i2,
+            j1.max(j2.saturating_sub(n)),
+            j2,
+        );
     }
     if let Some(last) = codes.last_mut()
         && last.0 == 'e'
