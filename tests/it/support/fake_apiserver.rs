@@ -2,12 +2,17 @@
 //!
 //! It speaks the real wire protocol over HTTP on 127.0.0.1 so that kube's `Client`,
 //! `Api` and the runtime's watchers and reflectors run unmodified against it, for the
-//! resources the project touches: statefulsets and deployments (apps/v1);
-//! persistentvolumeclaims, pods, namespaces, configmaps, secrets and events (core v1);
-//! events (events.k8s.io/v1);
-//! storageclasses (storage.k8s.io/v1); leases (coordination.k8s.io/v1);
-//! mutatingwebhookconfigurations and validatingwebhookconfigurations
-//! (admissionregistration.k8s.io/v1, cluster-scoped).
+//! resources the project touches: statefulsets (with `status` and `scale`) and deployments
+//! (apps/v1); persistentvolumeclaims, persistentvolumes, pods, namespaces, configmaps, secrets
+//! and events (core v1); events (events.k8s.io/v1); storageclasses and
+//! volumeattributesclasses (storage.k8s.io/v1 or v1beta1, where served);
+//! leases (coordination.k8s.io/v1); mutatingwebhookconfigurations and
+//! validatingwebhookconfigurations (admissionregistration.k8s.io/v1, cluster-scoped).
+//!
+//! It answers as one apiserver version: [`FakeApiConfig::profile`] sets every switch as a
+//! captured real apiserver answered (`tests/fixtures/apiserver-behaviour/`, [`profile`]), and
+//! `tests/it/apiserver_replay.rs` checks each profile against its captures; discovery and
+//! OpenAPI ([`discovery`]) serve that version's documents, adjusted to the switches.
 //!
 //! Fidelity, by design:
 //! - objects are raw JSON (unknown fields survive); one global resourceVersion; core/v1 and
@@ -32,7 +37,9 @@
 //! - `metadata.managedFields` on every create, update, patch, apply and status write
 //!   ([`managed_fields`]): the manager is `fieldManager`, else the user agent's product
 //!   token, else `unknown`; on create the creator takes every field the object has from
-//!   any managedFields sent, on an update sent ones stand as given; lists are atomic leaves;
+//!   any managedFields sent, on an update sent ones stand as given; associative lists
+//!   (containers, volumes, conditions, webhooks, ...) by key and atomic maps and lists as the
+//!   schema has them ([`schema`]);
 //! - server-side apply ([`apply`]): `fieldManager` required, `force`, merge with lists
 //!   replaced whole, pruning, and 409 conflicts with the apiserver's message;
 //! - admission ([`admission`]): pluggable hooks get AdmissionReviews shaped like the
@@ -42,26 +49,32 @@
 //! - `/status` subresources for statefulsets, deployments, claims and pods: a status write
 //!   changes status and metadata (not a pod's ownerReferences), never spec; a write of the
 //!   main resource leaves status alone;
-//! - the StatefulSet and PVC update validation and the defaulting our rules meet; Secrets
-//!   turn `stringData` into `data`, default to `Opaque`, keep their type, and a
-//!   `kubernetes.io/tls` Secret needs `tls.crt` and `tls.key`;
-//! - new claims get the `kubernetes.io/pvc-protection` finalizer (the
-//!   StorageObjectInUseProtection plugin), which a claim being deleted loses as soon as no
-//!   scheduled, unfinished pod uses it (the PVC protection controller; checked on the claim's
-//!   delete and on the delete of a pod using it);
+//! - the StatefulSet and PVC validation and the defaulting our rules meet, as each version
+//!   words and decides them; the defaults of StorageClasses, volumes, namespaces, pods and
+//!   webhook configurations; Secrets turn `stringData` into `data`, default to `Opaque`, keep
+//!   their type, and a `kubernetes.io/tls` Secret needs `tls.crt` and `tls.key`;
+//! - the admission plugins every apiserver runs: DefaultStorageClass, DefaultTolerationSeconds,
+//!   Priority, PersistentVolumeClaimResize (a switch, off by default) and
+//!   StorageObjectInUseProtection: new claims get the `kubernetes.io/pvc-protection` finalizer,
+//!   which a claim being deleted loses as soon as no scheduled, unfinished pod uses it (the PVC
+//!   protection controller; checked on the claim's delete and on the delete of a pod using
+//!   it), volumes `kubernetes.io/pv-protection`, VolumeAttributesClasses (v1.35+)
+//!   `kubernetes.io/vac-protection`;
 //! - delete with uid/resourceVersion preconditions and the garbage collector's orphaning;
 //!   other propagation policies are only recorded: dependents are never deleted;
 //! - `dryRun=All` validates (and admits) and answers without storing;
 //! - `/version` and `SelfSubjectAccessReview` ([`authz`]) with a policy and an impersonation
 //!   switch the test sets.
 //!
-//! Not modelled: authentication (impersonation headers only name the user webhooks see),
-//! namespace lifecycle (objects may be created in namespaces that do not exist; deleting a
-//! namespace deletes nothing else), pod graceful termination (pods go at once, as
-//! unscheduled pods do), associative lists in managedFields and apply, quantity
-//! canonicalisation, and the webhook configurations' defaulting and validation (they are
-//! stored as sent). Objects put with the store hooks ([`FakeApiServer::put_object`]) keep
-//! the managedFields they carry, as another controller's write would leave them.
+//! Not modelled: authentication (impersonation headers only name the user webhooks see, with
+//! `Impersonate-Uid` and `Impersonate-Extra-*`), namespace lifecycle (objects may be created
+//! in namespaces that do not exist; deleting a namespace deletes nothing else), pod graceful
+//! termination (pods go at once, as unscheduled pods do), associative lists in apply's merge
+//! (an item the configuration leaves out goes), warnings for unknown fields (they are dropped
+//! silently), the go-cmp diff older versions append to a claim's immutability message, quantity
+//! canonicalisation, and the webhook configurations' validation. Objects put with the store
+//! hooks ([`FakeApiServer::put_object`]) keep the managedFields they carry, as another
+//! controller's write would leave them.
 
 pub mod admission;
 mod apply;

@@ -192,7 +192,8 @@ pub fn apply_update(
     let resource = request.resource;
     check_config(resource, applied, request.name)?;
     let tracking = registry::tracking(resource, request.target);
-    let applied = scoped(applied, tracking);
+    let mut applied = scoped(applied, tracking);
+    registry::drop_unknown_fields(config, resource, &mut applied);
     let mut merged = current.clone();
     merge(&mut merged, &applied);
     let now = registry::now_rfc3339();
@@ -260,7 +261,8 @@ pub fn apply_create(
 ) -> Result<Value, ApiError> {
     check_config(resource, applied, name)?;
     let tracking = registry::tracking(resource, Target::Main);
-    let applied = scoped(applied, tracking);
+    let mut applied = scoped(applied, tracking);
+    registry::drop_unknown_fields(config, resource, &mut applied);
     let mut object =
         registry::prepare_create(store, config, resource, namespace, applied.clone(), writer)?;
     if let Some(Value::Object(meta)) = object.get_mut("metadata") {

@@ -1020,6 +1020,18 @@ fn initial_status(config: &FakeApiConfig, resource: &ResourceType) -> Option<Val
     }
 }
 
+/// Fields the configured version's types lack, dropped as decoding drops unknown fields (the
+/// default field validation warns and goes on).
+pub fn drop_unknown_fields(config: &FakeApiConfig, resource: &ResourceType, object: &mut Value) {
+    if std::ptr::eq(resource, &resources::STATEFULSETS) {
+        validation::drop_unknown_statefulset_fields(object, config);
+    } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
+        && !config.claim_volume_attributes_class_in_types
+    {
+        validation::drop_volume_attributes_class(object);
+    }
+}
+
 /// Defaulting, as the apiserver does while decoding a request (before the field manager and
 /// admission see it).
 pub fn apply_defaults(
