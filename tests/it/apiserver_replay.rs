@@ -8,6 +8,11 @@
 //! the fake does not model (the StatefulSet controller and the PersistentVolume controller,
 //! [`controllers`]) through the API as they would act, and sends what kubectl sends for the
 //! captured command lines ([`kubectl`]). What is not compared is listed in [`MASKS`], with why.
+//!
+//! What those controllers write (a StatefulSet's status and revision names, the pods and claims
+//! it makes, bindings, provisioner annotations) is compared like the rest, but its values are
+//! the harness's: what the comparison checks of the fake there is how it stores and answers
+//! them (status subresource, defaults and admission plugins, managedFields, webhooks' reviews).
 
 mod controllers;
 mod kubectl;
