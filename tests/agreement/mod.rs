@@ -3,14 +3,17 @@
 //! controller-manager (tests/e2e, trials `agreement_<body>`). Where the two differ the real one
 //! is right, and the fake is fixed.
 //!
-//! Each body gets a client and a namespace of its own (which exists and is empty but for what
-//! the cluster puts in every namespace), writes only there, and uses the kube client alone.
-//! Bodies keep StatefulSets at zero replicas unless they need pods: the real StatefulSet
-//! controller creates pods and claims, the fake's simulation is not running, and no body
-//! depends on either.
+//! Each body gets a client, a namespace of its own (which exists and is empty but for what
+//! the cluster puts in every namespace), and what to expect of this apiserver ([`Expect`]:
+//! learned from a real one by [`Expect::discover`], given per captured version by
+//! [`Expect::captured`] and, in tests/it, by the fake's profile); it writes only there, and uses
+//! the kube client alone. Bodies keep StatefulSets at zero replicas unless they need pods: the
+//! real StatefulSet controller creates pods and claims, the fake's simulation is not running,
+//! and no body depends on either.
 
 #![allow(clippy::too_many_lines)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail, ensure};
@@ -33,54 +36,520 @@ use serde_json::{Value, json};
 /// Field manager of the bodies' own writes.
 pub const MANAGER: &str = "agreement";
 
-/// The apiserver's message when a StatefulSet update touches an immutable spec field (v1.32).
-pub const STATEFULSET_SPEC_FORBIDDEN: &str = "updates to statefulset spec for fields other than \
-     'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' \
-     and 'minReadySeconds' are forbidden";
+/// A body: a client, the namespace to work in, and what to expect of the apiserver.
+pub type Body = fn(Client, String, Arc<Expect>) -> BoxFuture<'static, anyhow::Result<()>>;
 
-/// The apiserver's message when a claim update touches an immutable spec field (v1.32); the
-/// real apiserver follows it with a diff of the two specs.
+/// Every body by name; the real-cluster suite runs each as `agreement_<name>` (the integration
+/// tests name each body in a test of its own, per profile of the fake).
+pub fn all() -> Vec<(&'static str, Body)> {
+    vec![
+        ("statefulset_template_edit", |c, ns, e| {
+            Box::pin(async move { statefulset_template_edit(c, &ns, &e).await })
+        }),
+        ("max_unavailable_gate_off", |c, ns, e| {
+            Box::pin(async move { max_unavailable_gate_off(c, &ns, &e).await })
+        }),
+        ("orphan_delete_preconditions", |c, ns, e| {
+            Box::pin(async move { orphan_delete_preconditions(c, &ns, &e).await })
+        }),
+        ("managed_fields_on_create", |c, ns, e| {
+            Box::pin(async move { managed_fields_on_create(c, &ns, &e).await })
+        }),
+        ("statefulset_defaults", |c, ns, e| {
+            Box::pin(async move { statefulset_defaults(c, &ns, &e).await })
+        }),
+        ("claim_updates", |c, ns, e| {
+            Box::pin(async move { claim_updates(c, &ns, &e).await })
+        }),
+        ("write_preconditions", |c, ns, e| {
+            Box::pin(async move { write_preconditions(c, &ns, &e).await })
+        }),
+        ("status_subresource", |c, ns, e| {
+            Box::pin(async move { status_subresource(c, &ns, &e).await })
+        }),
+        ("events_both_apis", |c, ns, e| {
+            Box::pin(async move { events_both_apis(c, &ns, &e).await })
+        }),
+        ("paged_lists_and_watch", |c, ns, e| {
+            Box::pin(async move { paged_lists_and_watch(c, &ns, &e).await })
+        }),
+    ]
+}
+
+// --- what to expect ---
+
+/// What becomes of a field a write sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Not in the types: lost in decoding, before the field manager records it.
+    Absent,
+    /// In the types, dropped behind a disabled feature gate after the field manager recorded
+    /// who set it.
+    Dropped,
+    /// Stored.
+    Kept,
+}
+
+/// The immutability message of a claim (v1.29+; the apiserver appends a diff of the specs).
 pub const PVC_SPEC_FORBIDDEN: &str = "spec is immutable after creation except resources.requests \
      and volumeAttributesClassName for bound claims";
 
-/// A body: a client and the namespace to work in.
-pub type Body = fn(Client, String) -> BoxFuture<'static, anyhow::Result<()>>;
+/// The same before v1.29.
+pub const PVC_SPEC_FORBIDDEN_V1_24: &str =
+    "spec is immutable after creation except resources.requests for bound claims";
 
-/// Every body by name; the real-cluster suite runs each as `agreement_<name>` (the integration
-/// tests name each body in a test of its own).
-pub fn all() -> Vec<(&'static str, Body)> {
-    vec![
-        ("statefulset_template_edit", |c, ns| {
-            Box::pin(async move { statefulset_template_edit(c, &ns).await })
-        }),
-        ("max_unavailable_gate_off", |c, ns| {
-            Box::pin(async move { max_unavailable_gate_off(c, &ns).await })
-        }),
-        ("orphan_delete_preconditions", |c, ns| {
-            Box::pin(async move { orphan_delete_preconditions(c, &ns).await })
-        }),
-        ("managed_fields_on_create", |c, ns| {
-            Box::pin(async move { managed_fields_on_create(c, &ns).await })
-        }),
-        ("statefulset_defaults", |c, ns| {
-            Box::pin(async move { statefulset_defaults(c, &ns).await })
-        }),
-        ("claim_updates", |c, ns| {
-            Box::pin(async move { claim_updates(c, &ns).await })
-        }),
-        ("write_preconditions", |c, ns| {
-            Box::pin(async move { write_preconditions(c, &ns).await })
-        }),
-        ("status_subresource", |c, ns| {
-            Box::pin(async move { status_subresource(c, &ns).await })
-        }),
-        ("events_both_apis", |c, ns| {
-            Box::pin(async move { events_both_apis(c, &ns).await })
-        }),
-        ("paged_lists_and_watch", |c, ns| {
-            Box::pin(async move { paged_lists_and_watch(c, &ns).await })
-        }),
-    ]
+/// What the bodies expect of one apiserver: what differs between the supported versions and
+/// gate settings (the captures' README, "Differences that matter").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expect {
+    /// `/version`'s gitVersion.
+    pub git_version: String,
+    /// The spec fields a StatefulSet update may change, in the order the apiserver's message
+    /// names them ([`Expect::statefulset_spec_forbidden`]).
+    pub statefulset_mutable: Vec<String>,
+    /// `spec.updateStrategy.rollingUpdate.maxUnavailable` on a write.
+    pub max_unavailable: Fate,
+    /// A `rollingUpdate` without `maxUnavailable` gets 1 (`MaxUnavailableStatefulSet` on).
+    pub max_unavailable_default_one: bool,
+    /// `maxUnavailable: 0` is refused (`MaxUnavailableStatefulSet` on).
+    pub max_unavailable_validated: bool,
+    /// A claim's `spec.volumeAttributesClassName` on a write.
+    pub claim_vac: Fate,
+    /// The `storage.k8s.io` version serving VolumeAttributesClasses, if any.
+    pub vac_api: Option<String>,
+    /// The claim immutability message, without the diff that follows it.
+    pub pvc_forbidden: String,
+    /// A claim's `storageClassName` may go from unset to a value (KEP-3333).
+    pub class_from_unset: bool,
+    /// A request may go down while above `status.capacity` (RecoverVolumeExpansionFailure);
+    /// without it any decrease is refused.
+    pub expansion_recovery: bool,
+    /// `persistentVolumeClaimRetentionPolicy` defaults to Retain/Retain.
+    pub retention_default: bool,
+    /// The pod template's and claim templates' zero `creationTimestamp` prints as `null`.
+    pub embedded_creation_timestamp_null: bool,
+}
+
+impl Expect {
+    /// The `spec: Forbidden` detail of a StatefulSet update beyond the mutable fields, joined
+    /// as `pkg/apis/apps/validation.ValidateStatefulSetUpdate` words it.
+    pub fn statefulset_spec_forbidden(&self) -> String {
+        let quoted: Vec<String> = self
+            .statefulset_mutable
+            .iter()
+            .map(|f| format!("'{f}'"))
+            .collect();
+        let listed = match quoted.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        format!("updates to statefulset spec for fields other than {listed} are forbidden")
+    }
+
+    /// Checks the claim immutability message is one of the two wordings the versions use.
+    fn known_pvc_wording(self) -> anyhow::Result<Self> {
+        ensure!(
+            [PVC_SPEC_FORBIDDEN, PVC_SPEC_FORBIDDEN_V1_24].contains(&self.pvc_forbidden.as_str()),
+            "a claim immutability message of no known version: {:?}",
+            self.pvc_forbidden
+        );
+        Ok(self)
+    }
+
+    /// The field names of the message that [`Self::statefulset_spec_forbidden`] makes.
+    pub fn mutable_fields_of(message: &str) -> Vec<String> {
+        let Some(start) = message.find("fields other than ") else {
+            return Vec::new();
+        };
+        let end = message.find(" are forbidden").unwrap_or(message.len());
+        message[start..end]
+            .split('\'')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The fields on which two expectations differ, with both values.
+    pub fn differences(&self, other: &Expect) -> Vec<String> {
+        let mut out = Vec::new();
+        macro_rules! field {
+            ($($f:ident),*) => {$(
+                if self.$f != other.$f {
+                    out.push(format!("{}: {:?} vs {:?}", stringify!($f), self.$f, other.$f));
+                }
+            )*};
+        }
+        field!(
+            git_version,
+            statefulset_mutable,
+            max_unavailable,
+            max_unavailable_default_one,
+            max_unavailable_validated,
+            claim_vac,
+            vac_api,
+            pvc_forbidden,
+            class_from_unset,
+            expansion_recovery,
+            retention_default,
+            embedded_creation_timestamp_null
+        );
+        out
+    }
+
+    /// The captured label this apiserver answers as: the one of the same gitVersion, else the
+    /// one with the fewest differences; with the differences (gitVersion aside).
+    pub fn matching_capture(&self) -> anyhow::Result<(&'static str, Vec<String>)> {
+        let mut best: Option<(&'static str, Vec<String>, bool)> = None;
+        for label in Self::LABELS {
+            let captured = Self::captured(label)?;
+            let same_build = captured.git_version == self.git_version;
+            let differences: Vec<String> = self
+                .differences(&captured)
+                .into_iter()
+                .filter(|d| !d.starts_with("git_version:"))
+                .collect();
+            let better = match &best {
+                None => true,
+                Some((_, known, exact)) => {
+                    (same_build && !exact)
+                        || (same_build == *exact && differences.len() < known.len())
+                }
+            };
+            if better {
+                best = Some((label, differences, same_build));
+            }
+        }
+        best.map(|(label, differences, _)| (label, differences))
+            .context("no captures")
+    }
+
+    /// The labels of the captures (`tests/fixtures/apiserver-behaviour/<label>`).
+    pub const LABELS: [&'static str; 6] = [
+        "v1.24",
+        "v1.32",
+        "v1.32-gates-on",
+        "v1.35",
+        "v1.35-maxunavailable-on",
+        "v1.36",
+    ];
+
+    /// What a real apiserver of a captured label answered, read from its captures.
+    pub fn captured(label: &str) -> anyhow::Result<Expect> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/apiserver-behaviour")
+            .join(label)
+            .join("probes.json");
+        let records: Vec<Value> = serde_json::from_str(
+            &std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?,
+        )?;
+        let answer = |id: &str| -> anyhow::Result<&Value> {
+            records
+                .iter()
+                .find(|r| r["id"] == id)
+                .map(|r| &r["response"])
+                .with_context(|| format!("{label}: no probe {id}"))
+        };
+        let text = |v: &Value, p: &str| {
+            v.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let openapi = &answer("01g-openapi-fields")?["body"];
+        let lists = |definition: &str, property: &str| {
+            openapi[definition]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|n| n == property))
+        };
+        let defaults = &answer("02a-sts-create-defaults")?["body"];
+        let fate = |in_types: bool, kept: bool| match (in_types, kept) {
+            (false, _) => Fate::Absent,
+            (true, false) => Fate::Dropped,
+            (true, true) => Fate::Kept,
+        };
+        // The newest storage.k8s.io version whose resources list VolumeAttributesClasses.
+        let vac_api = ["v1", "v1beta1", "v1alpha1"].into_iter().find(|v| {
+            records.iter().any(|r| {
+                r["request"]["path"] == format!("/apis/storage.k8s.io/{v}")
+                    && r["response"]["body"]["resources"]
+                        .as_array()
+                        .is_some_and(|l| l.iter().any(|x| x["name"] == "volumeattributesclasses"))
+            })
+        });
+        let forbidden = text(&answer("06c-pvc-resize-unbound")?["body"], "/message");
+        Expect {
+            git_version: text(&answer("01a-version")?["body"], "/gitVersion"),
+            statefulset_mutable: Self::mutable_fields_of(&text(
+                &answer("03a-forbidden-template-storage")?["body"],
+                "/message",
+            )),
+            max_unavailable: fate(
+                lists(
+                    "io.k8s.api.apps.v1.RollingUpdateStatefulSetStrategy",
+                    "maxUnavailable",
+                ),
+                answer("02b-sts-create-maxunavailable")?
+                    .pointer("/body/spec/updateStrategy/rollingUpdate/maxUnavailable")
+                    .is_some(),
+            ),
+            max_unavailable_default_one: defaults
+                .pointer("/spec/updateStrategy/rollingUpdate/maxUnavailable")
+                == Some(&json!(1)),
+            max_unavailable_validated: answer("04a-maxunavailable-0")?["status"] == 422,
+            claim_vac: fate(
+                lists(
+                    "io.k8s.api.core.v1.PersistentVolumeClaimSpec",
+                    "volumeAttributesClassName",
+                ),
+                answer("05d-pvc-create-vac")?
+                    .pointer("/body/spec/volumeAttributesClassName")
+                    .is_some(),
+            ),
+            vac_api: vac_api.map(str::to_owned),
+            pvc_forbidden: forbidden
+                .split_once("spec: Forbidden: ")
+                .map(|(_, rest)| rest.split('\n').next().unwrap_or("").to_owned())
+                .unwrap_or_default(),
+            class_from_unset: answer("06b-pvc-patch-class-from-unset")?["status"] == 200,
+            expansion_recovery: answer("06k-pvc-shrink-above-capacity")?["status"] == 200,
+            retention_default: defaults
+                .pointer("/spec/persistentVolumeClaimRetentionPolicy")
+                .is_some(),
+            embedded_creation_timestamp_null: defaults
+                .pointer("/spec/template/metadata")
+                .and_then(Value::as_object)
+                .is_some_and(|m| m.contains_key("creationTimestamp")),
+        }
+        .known_pvc_wording()
+    }
+
+    /// What a real apiserver does, learned by discovery, OpenAPI and dry runs, and by the
+    /// refusals of two objects made for the purpose in `ns` (a StatefulSet of no replicas and
+    /// a class-less claim, deleted before this returns). Needs a cluster without a default
+    /// StorageClass (a class-less claim could not be made).
+    pub async fn discover(client: &Client, ns: &str) -> anyhow::Result<Expect> {
+        let git_version = client.apiserver_version().await?.git_version;
+        let get = |path: String| {
+            let client = client.clone();
+            async move {
+                let request = axum::http::Request::get(&path).body(Vec::new())?;
+                let value: Value = client
+                    .request(request)
+                    .await
+                    .with_context(|| format!("GET {path}"))?;
+                anyhow::Ok(value)
+            }
+        };
+        // OpenAPI v3 (the index, then the group versions), else v2.
+        let mut definitions: serde_json::Map<String, Value> = serde_json::Map::new();
+        match get("/openapi/v3".to_owned()).await {
+            Ok(index) => {
+                for path in ["apis/apps/v1", "api/v1"] {
+                    let url = index
+                        .pointer(&format!(
+                            "/paths/{}/serverRelativeURL",
+                            path.replace('/', "~1")
+                        ))
+                        .and_then(Value::as_str)
+                        .with_context(|| format!("the OpenAPI v3 index lists no {path}"))?
+                        .to_owned();
+                    let document = get(url).await?;
+                    for (name, schema) in document
+                        .pointer("/components/schemas")
+                        .and_then(Value::as_object)
+                        .into_iter()
+                        .flatten()
+                    {
+                        definitions.insert(name.clone(), schema.clone());
+                    }
+                }
+            }
+            Err(_) => {
+                let document = get("/openapi/v2".to_owned()).await?;
+                if let Some(all) = document.get("definitions").and_then(Value::as_object) {
+                    definitions = all.clone();
+                }
+            }
+        }
+        let lists = |definition: &str, property: &str| {
+            definitions
+                .get(definition)
+                .and_then(|d| d.get("properties"))
+                .is_some_and(|p| p.get(property).is_some())
+        };
+        let max_unavailable_in_types = lists(
+            "io.k8s.api.apps.v1.RollingUpdateStatefulSetStrategy",
+            "maxUnavailable",
+        );
+        let claim_vac_in_types = lists(
+            "io.k8s.api.core.v1.PersistentVolumeClaimSpec",
+            "volumeAttributesClassName",
+        );
+
+        // Discovery: the newest storage.k8s.io version serving VolumeAttributesClasses.
+        let storage = get("/apis/storage.k8s.io".to_owned()).await?;
+        let served: Vec<String> = storage["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["version"].as_str().map(str::to_owned))
+            .collect();
+        let mut vac_api = None;
+        for version in ["v1", "v1beta1", "v1alpha1"] {
+            if !served.iter().any(|v| v == version) {
+                continue;
+            }
+            let list = get(format!("/apis/storage.k8s.io/{version}")).await?;
+            if list["resources"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|r| r["name"] == "volumeattributesclasses"))
+            {
+                vac_api = Some(version.to_owned());
+                break;
+            }
+        }
+
+        // Dry runs.
+        let sets: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<StatefulSet>(&()));
+        let claims: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            ns,
+            &ApiResource::erase::<PersistentVolumeClaim>(&()),
+        );
+        let dry = PostParams {
+            dry_run: true,
+            field_manager: Some(MANAGER.into()),
+        };
+        let defaults = sets
+            .create(
+                &dry,
+                &serde_json::from_value(statefulset_json("expect-defaults", 0))?,
+            )
+            .await?
+            .data;
+        let mut with = statefulset_json("expect-max-unavailable", 0);
+        with["spec"]["podManagementPolicy"] = json!("Parallel");
+        with["spec"]["updateStrategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}});
+        let kept = sets
+            .create(&dry, &serde_json::from_value(with.clone())?)
+            .await?
+            .data
+            .pointer("/spec/updateStrategy/rollingUpdate/maxUnavailable")
+            .is_some();
+        with["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] = json!(0);
+        let zero = sets.create(&dry, &serde_json::from_value(with)?).await;
+        let max_unavailable_validated =
+            matches!(zero, Err(kube::Error::Api(ref s)) if s.code == 422);
+        let vac_claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "expect-vac"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                     "volumeAttributesClassName": "expect"}});
+        let vac_kept = claims
+            .create(&dry, &serde_json::from_value(vac_claim)?)
+            .await?
+            .data
+            .pointer("/spec/volumeAttributesClassName")
+            .is_some();
+
+        // What the update validations refuse, learned from objects of our own.
+        let created = sets
+            .create(
+                &post(),
+                &serde_json::from_value(statefulset_json("expect-set", 0))?,
+            )
+            .await?;
+        let dry_patch = PatchParams {
+            dry_run: true,
+            ..patch_params()
+        };
+        let mut templates = created.data["spec"]["volumeClaimTemplates"].clone();
+        templates[0]["spec"]["resources"]["requests"]["storage"] = json!("2Gi");
+        let refused = sets
+            .patch(
+                "expect-set",
+                &dry_patch,
+                &Patch::Merge(json!({"spec": {"volumeClaimTemplates": templates}})),
+            )
+            .await;
+        sets.delete("expect-set", &DeleteParams::default()).await?;
+        let statefulset_mutable = match refused {
+            Err(kube::Error::Api(status)) if status.code == 422 => {
+                Self::mutable_fields_of(&status.message)
+            }
+            other => bail!("a claim template edit was not refused: {other:?}"),
+        };
+        let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "expect-claim"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+        let made = claims
+            .create(&post(), &serde_json::from_value(claim)?)
+            .await?;
+        let class_given = made.data.pointer("/spec/storageClassName").cloned();
+        let class_patch = claims
+            .patch(
+                "expect-claim",
+                &dry_patch,
+                &Patch::Merge(json!({"spec": {"storageClassName": "expect-class"}})),
+            )
+            .await;
+        let shrink = claims
+            .patch(
+                "expect-claim",
+                &dry_patch,
+                &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": "512Mi"}}}})),
+            )
+            .await;
+        claims
+            .delete("expect-claim", &DeleteParams::default())
+            .await?;
+        ensure!(
+            class_given.is_none(),
+            "a claim without a class got {class_given:?}: a default StorageClass exists"
+        );
+        let shrink = failure("a shrink of an unbound claim", shrink)?;
+        let found = causes(&shrink);
+        let pvc_forbidden = found
+            .iter()
+            .find(|(_, field, _)| field == "spec")
+            .and_then(|(_, _, message)| message.strip_prefix("Forbidden: "))
+            .map(|m| m.split('\n').next().unwrap_or("").to_owned())
+            .context("the shrink was not refused as immutable")?;
+        let expansion_recovery = !found
+            .iter()
+            .any(|(_, _, message)| message.contains("can not be less than previous value"));
+
+        let fate = |in_types: bool, kept: bool| match (in_types, kept) {
+            (false, _) => Fate::Absent,
+            (true, false) => Fate::Dropped,
+            (true, true) => Fate::Kept,
+        };
+        Expect {
+            git_version,
+            statefulset_mutable,
+            max_unavailable: fate(max_unavailable_in_types, kept),
+            max_unavailable_default_one: defaults
+                .pointer("/spec/updateStrategy/rollingUpdate/maxUnavailable")
+                == Some(&json!(1)),
+            max_unavailable_validated,
+            claim_vac: fate(claim_vac_in_types, vac_kept),
+            vac_api,
+            pvc_forbidden,
+            class_from_unset: class_patch.is_ok(),
+            expansion_recovery,
+            retention_default: defaults
+                .pointer("/spec/persistentVolumeClaimRetentionPolicy")
+                .is_some(),
+            embedded_creation_timestamp_null: defaults
+                .pointer("/spec/template/metadata")
+                .and_then(Value::as_object)
+                .is_some_and(|m| m.contains_key("creationTimestamp")),
+        }
+        .known_pvc_wording()
+    }
 }
 
 // --- helpers ---
@@ -254,9 +723,14 @@ where
 
 // --- bodies ---
 
-/// A claim template edit is refused by the StatefulSet's update validation; the fields the
-/// validation lets change go through and count as a new generation.
-pub async fn statefulset_template_edit(client: Client, ns: &str) -> anyhow::Result<()> {
+/// A claim template edit is refused by the StatefulSet's update validation, with the message
+/// naming the fields this version lets change; those go through and count as a new
+/// generation (`revisionHistoryLimit` among them from v1.35).
+pub async fn statefulset_template_edit(
+    client: Client,
+    ns: &str,
+    expect: &Expect,
+) -> anyhow::Result<()> {
     let sets: Api<StatefulSet> = Api::namespaced(client, ns);
     let created = sets.create(&post(), &statefulset("web", 0)?).await?;
     ensure!(
@@ -272,7 +746,7 @@ pub async fn statefulset_template_edit(client: Client, ns: &str) -> anyhow::Resu
         sets.patch("web", &patch_params(), &Patch::<()>::Json(edit))
             .await,
     )?;
-    let detail = format!("Forbidden: {STATEFULSET_SPEC_FORBIDDEN}");
+    let detail = format!("Forbidden: {}", expect.statefulset_spec_forbidden());
     expect_failure(
         "template edit",
         &refused,
@@ -351,13 +825,51 @@ pub async fn statefulset_template_edit(client: Client, ns: &str) -> anyhow::Resu
         "the refused edits left the template as it was: {}",
         stored["spec"]["volumeClaimTemplates"]
     );
+
+    // revisionHistoryLimit: mutable where the message lists it.
+    let history = sets
+        .patch(
+            "web",
+            &patch_params(),
+            &Patch::Merge(json!({"spec": {"revisionHistoryLimit": 5}})),
+        )
+        .await;
+    if expect
+        .statefulset_mutable
+        .iter()
+        .any(|f| f == "revisionHistoryLimit")
+    {
+        let changed = history.context("a revisionHistoryLimit edit")?;
+        ensure!(
+            changed.spec.revision_history_limit == Some(5)
+                && changed.metadata.generation == Some(3),
+            "revisionHistoryLimit 5, a new generation: {:?} {:?}",
+            changed.spec.revision_history_limit,
+            changed.metadata.generation
+        );
+    } else {
+        let refused = failure("a revisionHistoryLimit edit", history)?;
+        expect_failure(
+            "revisionHistoryLimit edit",
+            &refused,
+            422,
+            "Invalid",
+            &format!("StatefulSet.apps \"web\" is invalid: spec: {detail}"),
+        )?;
+    }
     Ok(())
 }
 
-/// With `MaxUnavailableStatefulSet` off (v1.32's default) the registry drops
-/// `updateStrategy.rollingUpdate.maxUnavailable` from every write, after the field manager
-/// recorded who set it; a dry run answers the same and stores nothing.
-pub async fn max_unavailable_gate_off(client: Client, ns: &str) -> anyhow::Result<()> {
+/// `updateStrategy.rollingUpdate.maxUnavailable` on every kind of write, as this version
+/// treats it ([`Expect::max_unavailable`]): with `MaxUnavailableStatefulSet` off (v1.32's
+/// default, and v1.35's) the registry drops it after the field manager recorded who set it;
+/// where the types lack it (v1.24.0-alpha.1) decoding loses it before; with the gate on it is
+/// kept. A dry run answers the same and stores nothing.
+pub async fn max_unavailable_gate_off(
+    client: Client,
+    ns: &str,
+    expect: &Expect,
+) -> anyhow::Result<()> {
     let sets: Api<StatefulSet> = Api::namespaced(client, ns);
     let path = [
         "f:spec",
@@ -371,7 +883,17 @@ pub async fn max_unavailable_gate_off(client: Client, ns: &str) -> anyhow::Resul
             json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}});
         Ok(set)
     };
-    let expected_strategy = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
+    let kept = expect.max_unavailable == Fate::Kept;
+    // Whoever sent the field owns it, unless the types lack it.
+    let recorded = expect.max_unavailable != Fate::Absent;
+    let strategy = |value: i64| {
+        if kept {
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0, "maxUnavailable": value}})
+        } else {
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+        }
+    };
+    let expected_strategy = strategy(2);
 
     // Create.
     let created = to_json(
@@ -385,8 +907,8 @@ pub async fn max_unavailable_gate_off(client: Client, ns: &str) -> anyhow::Resul
         created["spec"]["updateStrategy"]
     );
     ensure!(
-        owns(&created, MANAGER, "", &path),
-        "the creator owns maxUnavailable: {}",
+        owns(&created, MANAGER, "", &path) == recorded,
+        "the creator owns maxUnavailable ({recorded}): {}",
         created["metadata"]["managedFields"]
     );
     ensure!(
@@ -427,8 +949,8 @@ pub async fn max_unavailable_gate_off(client: Client, ns: &str) -> anyhow::Resul
         applied["spec"]["updateStrategy"]
     );
     ensure!(
-        owns(&applied, "applier", "", &path),
-        "the applier owns maxUnavailable: {}",
+        owns(&applied, "applier", "", &path) == recorded,
+        "the applier owns maxUnavailable ({recorded}): {}",
         applied["metadata"]["managedFields"]
     );
     ensure!(
@@ -452,7 +974,7 @@ pub async fn max_unavailable_gate_off(client: Client, ns: &str) -> anyhow::Resul
         "one Apply entry: {applier:?}"
     );
 
-    // A merge patch adding it to a set without it.
+    // A merge patch changing it (adding it, where it was dropped).
     let patched = to_json(
         &sets
             .patch(
@@ -468,18 +990,19 @@ pub async fn max_unavailable_gate_off(client: Client, ns: &str) -> anyhow::Resul
             .await?,
     )?;
     ensure!(
-        patched["spec"]["updateStrategy"] == expected_strategy,
+        patched["spec"]["updateStrategy"] == strategy(3),
         "patched: {}",
         patched["spec"]["updateStrategy"]
     );
+    let generation = if kept { 2 } else { 1 };
     ensure!(
-        patched["metadata"]["generation"] == 1,
-        "nothing stored changed: {}",
+        patched["metadata"]["generation"] == generation,
+        "generation {generation} (a new one only if the field is kept): {}",
         patched["metadata"]
     );
     ensure!(
-        owns(&patched, "patcher", "", &path),
-        "the patcher owns maxUnavailable: {}",
+        owns(&patched, "patcher", "", &path) == recorded,
+        "the patcher owns maxUnavailable ({recorded}): {}",
         patched["metadata"]["managedFields"]
     );
 
@@ -511,8 +1034,8 @@ pub async fn max_unavailable_gate_off(client: Client, ns: &str) -> anyhow::Resul
         answered["metadata"]
     );
     ensure!(
-        owns(&answered, MANAGER, "", &path),
-        "dry run managedFields: {}",
+        owns(&answered, MANAGER, "", &path) == recorded,
+        "dry run managedFields ({recorded}): {}",
         answered["metadata"]["managedFields"]
     );
     let missing = failure("a get of the dry-run set", sets.get("dry").await)?;
@@ -530,7 +1053,11 @@ pub async fn max_unavailable_gate_off(client: Client, ns: &str) -> anyhow::Resul
 /// An orphan delete with a uid precondition: refused for another uid, accepted for the right
 /// one; the object is marked (deletionTimestamp, `orphan` finalizer) and goes once the garbage
 /// collector has orphaned its dependents.
-pub async fn orphan_delete_preconditions(client: Client, ns: &str) -> anyhow::Result<()> {
+pub async fn orphan_delete_preconditions(
+    client: Client,
+    ns: &str,
+    _expect: &Expect,
+) -> anyhow::Result<()> {
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
     let maps: Api<ConfigMap> = Api::namespaced(client, ns);
     let created = sets.create(&post(), &statefulset("web", 0)?).await?;
@@ -622,7 +1149,11 @@ pub async fn orphan_delete_preconditions(client: Client, ns: &str) -> anyhow::Re
 /// an empty one, so the creator owns every field and the sent entries are gone. An update that
 /// changes nothing else keeps the entries it sends (how the product restores ownership after a
 /// re-create); the restored owner's apply then meets no conflict, another applier does.
-pub async fn managed_fields_on_create(client: Client, ns: &str) -> anyhow::Result<()> {
+pub async fn managed_fields_on_create(
+    client: Client,
+    ns: &str,
+    _expect: &Expect,
+) -> anyhow::Result<()> {
     let sets: Api<StatefulSet> = Api::namespaced(client, ns);
     let helm = json!({
         "manager": "helm", "operation": "Apply", "apiVersion": "apps/v1",
@@ -832,8 +1363,9 @@ pub async fn managed_fields_on_create(client: Client, ns: &str) -> anyhow::Resul
 }
 
 /// A claim's class may be set once from unset (Kubernetes 1.25+), not changed; its size may
-/// not change while it is unbound.
-pub async fn claim_updates(client: Client, ns: &str) -> anyhow::Result<()> {
+/// not change while it is unbound (and may not go down at all without expansion recovery);
+/// `volumeAttributesClassName` is kept, dropped or unknown as this version has it.
+pub async fn claim_updates(client: Client, ns: &str, expect: &Expect) -> anyhow::Result<()> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client, ns);
     let claim: PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {"name": "data"},
@@ -856,23 +1388,31 @@ pub async fn claim_updates(client: Client, ns: &str) -> anyhow::Result<()> {
         created["status"]
     );
 
-    let set = to_json(
-        &claims
-            .patch(
-                "data",
-                &patch_params(),
-                &Patch::Merge(json!({"spec": {"storageClassName": "gold"}})),
-            )
-            .await?,
-    )?;
-    ensure!(
-        set["spec"]["storageClassName"] == "gold",
-        "class set from unset: {}",
-        set["spec"]
-    );
-
-    let prefix =
-        format!("PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: {PVC_SPEC_FORBIDDEN}");
+    let forbidden = format!("Forbidden: {}", expect.pvc_forbidden);
+    let prefix = format!("PersistentVolumeClaim \"data\" is invalid: spec: {forbidden}");
+    let set = claims
+        .patch(
+            "data",
+            &patch_params(),
+            &Patch::Merge(json!({"spec": {"storageClassName": "gold"}})),
+        )
+        .await;
+    let class = if expect.class_from_unset {
+        let set = to_json(&set.context("a class set from unset")?)?;
+        ensure!(
+            set["spec"]["storageClassName"] == "gold",
+            "class set from unset: {}",
+            set["spec"]
+        );
+        json!("gold")
+    } else {
+        let refused = failure("a class set from unset", set)?;
+        ensure!(
+            refused.code == 422 && refused.message.starts_with(&prefix),
+            "a class from unset is refused (before v1.25): {refused:?}"
+        );
+        Value::Null
+    };
     let refusals = [
         (
             "a class change",
@@ -891,6 +1431,11 @@ pub async fn claim_updates(client: Client, ns: &str) -> anyhow::Result<()> {
             json!({"spec": {"accessModes": ["ReadWriteMany"]}}),
         ),
     ];
+    let lower = (
+        "FieldValueForbidden".to_owned(),
+        "spec.resources.requests.storage".to_owned(),
+        "Forbidden: field can not be less than previous value".to_owned(),
+    );
     for (what, patch) in refusals {
         let refused = failure(
             what,
@@ -898,11 +1443,22 @@ pub async fn claim_updates(client: Client, ns: &str) -> anyhow::Result<()> {
                 .patch("data", &patch_params(), &Patch::Merge(patch))
                 .await,
         )?;
+        // Without expansion recovery a lower request is its own error too.
+        let twice = what.contains("shrink") && !expect.expansion_recovery;
+        let (head, tail) = if twice {
+            (
+                format!("PersistentVolumeClaim \"data\" is invalid: [spec: {forbidden}"),
+                format!("{}: {}]", lower.1, lower.2),
+            )
+        } else {
+            (prefix.clone(), String::new())
+        };
         ensure!(
             refused.code == 422
                 && refused.reason == "Invalid"
-                && refused.message.starts_with(&prefix),
-            "{what}: expected 422 Invalid {prefix:?}..., got {} {} {:?}",
+                && refused.message.starts_with(&head)
+                && refused.message.ends_with(&tail),
+            "{what}: expected 422 Invalid {head:?}...{tail:?}, got {} {} {:?}",
             refused.code,
             refused.reason,
             refused.message
@@ -910,35 +1466,41 @@ pub async fn claim_updates(client: Client, ns: &str) -> anyhow::Result<()> {
         expect_details(what, &refused, "data", "", "PersistentVolumeClaim")?;
         let found = causes(&refused);
         ensure!(
-            found.len() == 1
+            found.len() == 1 + usize::from(twice)
                 && found[0].0 == "FieldValueForbidden"
                 && found[0].1 == "spec"
-                && found[0]
-                    .2
-                    .starts_with(&format!("Forbidden: {PVC_SPEC_FORBIDDEN}")),
+                && found[0].2.starts_with(&forbidden)
+                && (!twice || found[1] == lower),
             "{what}: causes {found:?}"
         );
     }
     let stored = to_json(&claims.get("data").await?)?;
     ensure!(
-        stored["spec"]["storageClassName"] == "gold"
+        stored["spec"]
+            .get("storageClassName")
+            .unwrap_or(&Value::Null)
+            == &class
             && stored["spec"]["resources"]["requests"]["storage"] == "1Gi",
         "refused updates changed nothing: {}",
         stored["spec"]
     );
 
-    // With the VolumeAttributesClass gate off (v1.32's default) the registry drops
-    // `volumeAttributesClassName` from a claim that does not use it, on create and update,
-    // after the field manager recorded who set it.
+    // `volumeAttributesClassName`: with the VolumeAttributesClass gate off (v1.32's default)
+    // the registry drops it from a claim that does not use it, on create and update, after
+    // the field manager recorded who set it; before v1.29 the types lack it; with the gate on
+    // it is kept, and only a bound claim may change it.
     let with_vac: PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {"name": "vac"},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
             "volumeAttributesClassName": "fast"},
     }))?;
     let created = to_json(&claims.create(&post(), &with_vac).await?)?;
+    let kept = expect.claim_vac == Fate::Kept;
+    let recorded = expect.claim_vac != Fate::Absent;
     ensure!(
-        created["spec"].get("volumeAttributesClassName").is_none(),
-        "dropped on create: {}",
+        created["spec"].get("volumeAttributesClassName").is_some() == kept,
+        "{:?} on create: {}",
+        expect.claim_vac,
         created["spec"]
     );
     ensure!(
@@ -947,24 +1509,31 @@ pub async fn claim_updates(client: Client, ns: &str) -> anyhow::Result<()> {
             MANAGER,
             "",
             &["f:spec", "f:volumeAttributesClassName"]
-        ),
-        "the creator owns the dropped field: {}",
+        ) == recorded,
+        "the creator owns the field ({recorded}): {}",
         created["metadata"]["managedFields"]
     );
-    let patched = to_json(
-        &claims
-            .patch(
-                "data",
-                &patch_params(),
-                &Patch::Merge(json!({"spec": {"volumeAttributesClassName": "fast"}})),
-            )
-            .await?,
-    )?;
-    ensure!(
-        patched["spec"].get("volumeAttributesClassName").is_none(),
-        "dropped on update: {}",
-        patched["spec"]
-    );
+    let patched = claims
+        .patch(
+            "data",
+            &patch_params(),
+            &Patch::Merge(json!({"spec": {"volumeAttributesClassName": "fast"}})),
+        )
+        .await;
+    if kept {
+        let refused = failure("a class of volume attributes for an unbound claim", patched)?;
+        ensure!(
+            refused.code == 422 && refused.message.starts_with(&prefix),
+            "only a bound claim changes its VolumeAttributesClass: {refused:?}"
+        );
+    } else {
+        let patched = to_json(&patched?)?;
+        ensure!(
+            patched["spec"].get("volumeAttributesClassName").is_none(),
+            "dropped on update: {}",
+            patched["spec"]
+        );
+    }
 
     // Every new claim gets the protection finalizer (an admission plugin's, after the field
     // manager: nobody owns it); deleting a claim no scheduled pod uses marks it, and the
@@ -1000,7 +1569,7 @@ pub async fn claim_updates(client: Client, ns: &str) -> anyhow::Result<()> {
 
 /// What the apiserver fills in on a StatefulSet and a claim (raw JSON, nulls included): the
 /// webhook and the controller see these defaulted objects, never the manifests.
-pub async fn statefulset_defaults(client: Client, ns: &str) -> anyhow::Result<()> {
+pub async fn statefulset_defaults(client: Client, ns: &str, expect: &Expect) -> anyhow::Result<()> {
     let sets: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<StatefulSet>(&()));
     let mut manifest = statefulset_json("web", 0);
@@ -1016,7 +1585,7 @@ pub async fn statefulset_defaults(client: Client, ns: &str) -> anyhow::Result<()
         .create(&post(), &serde_json::from_value(manifest)?)
         .await?;
     let spec = created.data["spec"].clone();
-    let expected = json!({
+    let mut expected = json!({
         "replicas": 0,
         "selector": {"matchLabels": {"app": "web"}},
         "template": {
@@ -1056,6 +1625,23 @@ pub async fn statefulset_defaults(client: Client, ns: &str) -> anyhow::Result<()
         "revisionHistoryLimit": 10,
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
     });
+    // What differs between versions: a zero creationTimestamp printed as null (up to v1.34),
+    // the retention policy (v1.27+), maxUnavailable 1 (MaxUnavailableStatefulSet on).
+    if !expect.embedded_creation_timestamp_null {
+        for pointer in ["/template/metadata", "/volumeClaimTemplates/0/metadata"] {
+            if let Some(meta) = expected.pointer_mut(pointer).and_then(Value::as_object_mut) {
+                meta.remove("creationTimestamp");
+            }
+        }
+    }
+    if !expect.retention_default
+        && let Some(spec) = expected.as_object_mut()
+    {
+        spec.remove("persistentVolumeClaimRetentionPolicy");
+    }
+    if expect.max_unavailable_default_one {
+        expected["updateStrategy"]["rollingUpdate"]["maxUnavailable"] = json!(1);
+    }
     ensure!(
         spec == expected,
         "the defaulted StatefulSet spec:\n{}\nexpected:\n{}",
@@ -1120,7 +1706,7 @@ pub async fn statefulset_defaults(client: Client, ns: &str) -> anyhow::Result<()
 }
 
 /// Preconditions of deletes and updates: a stale resourceVersion or another uid.
-pub async fn write_preconditions(client: Client, ns: &str) -> anyhow::Result<()> {
+pub async fn write_preconditions(client: Client, ns: &str, _expect: &Expect) -> anyhow::Result<()> {
     let maps: Api<ConfigMap> = Api::namespaced(client, ns);
     let map: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"k": "1"}}))?;
@@ -1246,7 +1832,7 @@ pub async fn write_preconditions(client: Client, ns: &str) -> anyhow::Result<()>
 
 /// `/status` writes of a StatefulSet change status and metadata, never spec; writes of the main
 /// resource leave status alone.
-pub async fn status_subresource(client: Client, ns: &str) -> anyhow::Result<()> {
+pub async fn status_subresource(client: Client, ns: &str, _expect: &Expect) -> anyhow::Result<()> {
     let sets: Api<StatefulSet> = Api::namespaced(client, ns);
     sets.create(&post(), &statefulset("web", 0)?).await?;
     let written = to_json(
@@ -1338,7 +1924,7 @@ pub async fn status_subresource(client: Client, ns: &str) -> anyhow::Result<()> 
 /// kube's recorder writes `events.k8s.io/v1` Events (create, then a merge patch of the
 /// series); they are one collection with core/v1 Events, each API with its own field names and
 /// field selectors.
-pub async fn events_both_apis(client: Client, ns: &str) -> anyhow::Result<()> {
+pub async fn events_both_apis(client: Client, ns: &str, _expect: &Expect) -> anyhow::Result<()> {
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let map: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "regarded"}}))?;
     let map = maps.create(&post(), &map).await?;
@@ -1476,7 +2062,11 @@ pub async fn events_both_apis(client: Client, ns: &str) -> anyhow::Result<()> {
 
 /// Paged lists (`limit`, `continue`) and a watch resumed from a list's resourceVersion, as
 /// kube's watcher runs them.
-pub async fn paged_lists_and_watch(client: Client, ns: &str) -> anyhow::Result<()> {
+pub async fn paged_lists_and_watch(
+    client: Client,
+    ns: &str,
+    _expect: &Expect,
+) -> anyhow::Result<()> {
     let maps: Api<ConfigMap> = Api::namespaced(client, ns);
     for i in 0..5 {
         let map: ConfigMap =

@@ -55,5 +55,15 @@ fn main() -> ExitCode {
             None => support::run_agreement(&trial, body).map(|()| Completion::Completed),
         })
     }));
+    // What the cluster was found to do is what one captured version does: the fake's profile of
+    // that version is the one that speaks for this cluster.
+    let skip_expect = skip.clone();
+    trials.push(Trial::ignorable_test(
+        "agreement_expectations_match_a_profile",
+        move || match skip_expect {
+            Some(why) => Ok(Completion::ignored_with(why)),
+            None => support::expectations_match_a_profile().map(|()| Completion::Completed),
+        },
+    ));
     libtest_mimic::run(&args, trials).exit_code()
 }

@@ -229,3 +229,36 @@ async fn the_fallback_copy_follows_what_the_webhook_learned() {
     let learned = review_response(&common::app(view(), policy(true)), "/mutate", &create).await;
     assert!(verdict(&learned).1.is_empty(), "{learned}");
 }
+
+/// Where the apiserver takes volumeClaimTemplate edits itself (KEP-4650, learned as
+/// `native-template-edits`), the webhook leaves an edit as sent: nothing put back, nothing
+/// recorded, no warning.
+#[tokio::test]
+async fn a_native_apiserver_gets_template_edits_as_sent() {
+    use stateful_admission::capabilities::{Capabilities, Learned, Name, NativeField, Value};
+    let mut capabilities = Capabilities::default();
+    capabilities.set(
+        Name::NativeTemplateEdits,
+        Learned::probed(
+            Value::Native(NativeField::VolumeClaimUpdatePolicy),
+            "a test",
+        ),
+    );
+    let native = Policy::default().with_capabilities(std::sync::Arc::new(capabilities));
+    for file in [
+        "07-statefulsets-UPDATE-mutate.json",
+        "08-statefulsets-UPDATE-mutate.json",
+    ] {
+        let edit = review("v1.36", file);
+        let response =
+            review_response(&common::app(view(), native.clone()), "/mutate", &edit).await;
+        assert_eq!(
+            verdict(&response),
+            (true, Vec::new(), Vec::new()),
+            "{file}: {response}"
+        );
+        // Where it does not, the same edit is put back and recorded.
+        let response = review_response(&common::app(view(), policy(false)), "/mutate", &edit).await;
+        assert!(!verdict(&response).1.is_empty(), "{file}");
+    }
+}

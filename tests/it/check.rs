@@ -12,7 +12,9 @@ use stateful_admission::check::{Release, Report, Status, gather};
 use crate::common::{fixture_path, run_binary_with_env, temp_file};
 use crate::serve_tls::Served;
 use crate::support::fake_apiserver::authz::DeniedAccess;
-use crate::support::fake_apiserver::{FakeApiServer, ResourceType, resources};
+use crate::support::fake_apiserver::{
+    FakeApiConfig, FakeApiServer, Profile, ResourceType, resources,
+};
 use crate::support::https_hook::HttpsHook;
 
 const NS: &str = "stateful-admission";
@@ -36,6 +38,17 @@ struct Install {
 /// A healthy install: both configurations with the right caBundle, the serving Secret, a
 /// fresh Lease, a default StorageClass, and the webhook serving on loopback.
 async fn install() -> Install {
+    // A version that implements none of the five proposals natively, and does as it says.
+    install_on(FakeApiConfig {
+        git_version: "v1.24.17".to_owned(),
+        drop_statefulset_max_unavailable: true,
+        ..FakeApiConfig::default()
+    })
+    .await
+}
+
+/// [`install`] on an apiserver configured so.
+async fn install_on(config: FakeApiConfig) -> Install {
     let certs = generate();
     let dir = tempfile::tempdir().expect("temp dir");
     let paths = certs.write(dir.path(), false).expect("write certificates");
@@ -56,12 +69,7 @@ async fn install() -> Install {
         .and_then(|p| p.parse().ok())
         .expect("port");
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let api = FakeApiServer::start().await;
-    // A version that implements none of the five proposals natively, and does as it says.
-    api.configure(|c| {
-        c.git_version = "v1.24.17".to_owned();
-        c.drop_statefulset_max_unavailable = true;
-    });
+    let api = FakeApiServer::start_with(config).await;
     api.add_admission_hook(std::sync::Arc::new(HttpsHook::new([(
         (NS.to_owned(), NAME.to_owned(), 443),
         addr,
@@ -561,7 +569,9 @@ async fn the_binary_reads_the_kubeconfig_prints_json_and_exits_by_the_result() {
         .iter()
         .filter(|c| c["status"] == "failed")
         .collect();
-    // Without the mutating webhook neither dry run comes back mutated or warned about.
+    // Without the mutating webhook neither StatefulSet dry run comes back mutated or warned
+    // about; the claim still gets the default class, from the apiserver's DefaultStorageClass
+    // plugin.
     let names: Vec<&Value> = failed.iter().map(|c| &c["name"]).collect();
     assert_eq!(
         names,
@@ -569,7 +579,6 @@ async fn the_binary_reads_the_kubeconfig_prints_json_and_exits_by_the_result() {
             "mutating webhook configuration",
             "dry-run StatefulSet create",
             "dry-run StatefulSet template edit",
-            "dry-run PersistentVolumeClaim create"
         ],
         "{report:#}"
     );
@@ -739,4 +748,86 @@ fn check_prints_json_in_every_outcome_with_the_exit_code_of_the_text_output() {
         "{failed}"
     );
     assert_eq!(run.stderr, "", "no client log lines");
+}
+
+/// `check` against every captured apiserver version (the fake speaking as each): every line
+/// says what that apiserver does, and the version line never contradicts it: it calls our
+/// maxUnavailable driver redundant exactly where the apiserver keeps the field, and says where
+/// the cluster differs from upstream's default for its version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_tells_the_truth_on_every_profile() {
+    for profile in Profile::ALL {
+        let label = profile.label();
+        let install = install_on(FakeApiConfig::profile(profile)).await;
+        let report = check(&install.api).await;
+        let text = report.text();
+        assert!(!report.failed(), "{label}: {text}");
+        let line = |name: &str| {
+            report
+                .checks
+                .iter()
+                .find(|c| c.name == name)
+                .unwrap_or_else(|| panic!("{label}: no {name}: {text}"))
+                .clone()
+        };
+        let (mu, vac, api) = match profile {
+            Profile::V1_24 => ("absent", "absent", "none"),
+            Profile::V1_32 => ("dropped", "dropped", "none"),
+            Profile::V1_32GatesOn => ("kept", "kept", "v1beta1"),
+            Profile::V1_35 | Profile::V1_36 => ("dropped", "kept", "v1"),
+            Profile::V1_35MaxUnavailableOn => ("kept", "kept", "v1"),
+        };
+        for (name, value) in [
+            ("capability max-unavailable", mu),
+            ("capability claim-volume-attributes-class", vac),
+            ("capability volume-attributes-class-api", api),
+            ("capability native-template-edits", "no"),
+        ] {
+            let check = line(name);
+            assert_eq!(check.status, Status::Ok, "{label}: {text}");
+            assert!(
+                check.message.starts_with(&format!("{value} (probe: ")),
+                "{label}: {name}: {}",
+                check.message
+            );
+        }
+        let version = line("kubernetes version");
+        let driver_off = version.message.contains("--max-unavailable-driver=false");
+        assert_eq!(driver_off, mu == "kept", "{label}: {}", version.message);
+        assert_eq!(
+            version.status == Status::Warning,
+            mu == "kept",
+            "{label}: {}",
+            version.message
+        );
+        // The captured v1.35.3 build drops the field upstream 1.35.0–1.35.3 keeps by default.
+        if profile == Profile::V1_35 {
+            assert!(
+                version.message.contains("KEP-961: upstream 1.35.3's default is on (gate MaxUnavailableStatefulSet), this cluster does not"),
+                "{}",
+                version.message
+            );
+        }
+    }
+}
+
+/// A cluster whose apiserver takes volumeClaimTemplate edits itself (KEP-4650; synthetic: no
+/// captured version has it): check says the native path is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_where_template_edits_are_native() {
+    let install = install_on(FakeApiConfig {
+        native_template_edits: true,
+        ..FakeApiConfig::profile(Profile::V1_36)
+    })
+    .await;
+    let report = check(&install.api).await;
+    let text = report.text();
+    assert!(
+        text.contains("capability native-template-edits: volumeClaimUpdatePolicy (probe: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("KEP-4650: the apiserver takes volumeClaimTemplate edits itself: the webhook leaves them to it (the native path is used)"),
+        "{text}"
+    );
 }

@@ -32,8 +32,8 @@ use crate::support::fake_apiserver::admission::{
     AdmissionHook, Attributes, CallError, FailurePolicy, Phase, Webhook,
 };
 use crate::support::fake_apiserver::{
-    ChangeKind, FakeApiConfig, FakeApiServer, PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN,
-    StoreView, resources,
+    ChangeKind, FakeApiConfig, FakeApiServer, PVC_SPEC_FORBIDDEN, Profile,
+    STATEFULSET_SPEC_FORBIDDEN, StoreView, resources,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -1254,6 +1254,39 @@ async fn webhook_configurations_are_cluster_scoped() {
     );
 }
 
+/// A webhook configuration as the apiserver stores it: `SetDefaults_*Webhook` fills in the
+/// failure and match policies, empty selectors, the timeout, each rule's scope and (mutating)
+/// no reinvocation.
+fn defaulted_webhooks(kind: &str, mut object: Value) -> Value {
+    for webhook in object["webhooks"].as_array_mut().into_iter().flatten() {
+        let Some(hook) = webhook.as_object_mut() else {
+            continue;
+        };
+        for (field, value) in [
+            ("failurePolicy", json!("Fail")),
+            ("matchPolicy", json!("Equivalent")),
+            ("namespaceSelector", json!({})),
+            ("objectSelector", json!({})),
+            ("timeoutSeconds", json!(10)),
+        ] {
+            hook.entry(field).or_insert(value);
+        }
+        if kind == "MutatingWebhookConfiguration" {
+            hook.entry("reinvocationPolicy").or_insert(json!("Never"));
+        }
+        for rule in hook
+            .get_mut("rules")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            rule.as_object_mut()
+                .map(|r| r.entry("scope").or_insert(json!("*")));
+        }
+    }
+    object
+}
+
 /// Strategic merge on the webhook configurations merges `webhooks` and their
 /// `matchConditions` by `name`, as the apiserver does; a merge patch replaces the list.
 #[tokio::test]
@@ -1335,18 +1368,25 @@ async fn strategic_merge_merges_webhooks_by_name() {
             )
             .await
             .expect(name);
+            // Server-owned metadata aside (a changed `webhooks` is a new generation), the
+            // stored object is the merge, defaulted.
             let strip = |mut v: Value| {
                 for field in [
                     "resourceVersion",
                     "uid",
                     "creationTimestamp",
                     "managedFields",
+                    "generation",
                 ] {
                     v["metadata"].as_object_mut().map(|m| m.remove(field));
                 }
                 v
             };
-            assert_eq!(strip(got), strip(want), "{kind}: {name}");
+            assert_eq!(
+                strip(got),
+                strip(defaulted_webhooks(kind, want)),
+                "{kind}: {name}"
+            );
         }
 
         // Patch items must carry the merge key.
@@ -1378,7 +1418,7 @@ async fn strategic_merge_merges_webhooks_by_name() {
         .expect("merge patch");
         assert_eq!(
             merged["webhooks"],
-            json!([{"name": "b.example.io"}]),
+            defaulted_webhooks(kind, json!({"webhooks": [{"name": "b.example.io"}]}))["webhooks"],
             "{kind}"
         );
     }
@@ -2506,4 +2546,196 @@ async fn writes_are_counted_by_resource_verb_and_field_manager() {
         records.last().and_then(|w| w.namespace.as_deref()),
         Some("default")
     );
+}
+
+/// Discovery and OpenAPI answer on the default configuration and on every profile, in shapes
+/// kube's client and k8s-openapi read, and consistently with the switches: VolumeAttributesClasses
+/// served (and answered) at one version where claims keep the field, nowhere else;
+/// `maxUnavailable` and a claim's `volumeAttributesClassName` listed where the types have them.
+#[tokio::test]
+async fn discovery_and_openapi_agree_with_the_switches() {
+    let configs = std::iter::once(("default".to_owned(), FakeApiConfig::default()))
+        .chain(Profile::ALL.map(|p| (p.label().to_owned(), FakeApiConfig::profile(p))));
+    for (name, config) in configs {
+        let api = FakeApiServer::start_with(config.clone()).await;
+        let client = api.client();
+        let discovery = kube::Discovery::new(client.clone())
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("{name}: discovery: {e}"));
+        assert!(discovery.has_group("apps") && discovery.has_group("storage.k8s.io"));
+        client
+            .list_core_api_resources("v1")
+            .await
+            .unwrap_or_else(|e| panic!("{name}: /api/v1: {e}"));
+        let version = client.apiserver_version().await.expect("version");
+        assert_eq!(
+            (version.git_version, version.git_commit),
+            (config.git_version.clone(), config.git_commit.clone())
+        );
+
+        let served = if config.drop_claim_volume_attributes_class {
+            None
+        } else {
+            config.volume_attributes_class_api
+        };
+        let group = client.list_api_groups().await.expect("groups");
+        let storage = group
+            .groups
+            .iter()
+            .find(|g| g.name == "storage.k8s.io")
+            .expect("storage.k8s.io");
+        for listed in &storage.versions {
+            let resources = client
+                .list_api_group_resources(&listed.group_version)
+                .await
+                .expect("a served version's resources");
+            let has = resources
+                .resources
+                .iter()
+                .any(|r| r.name == "volumeattributesclasses");
+            assert_eq!(
+                has,
+                served == Some(listed.version.as_str()),
+                "{name}: {}",
+                listed.group_version
+            );
+        }
+        for version in ["v1", "v1beta1"] {
+            let request = axum::http::Request::post(format!(
+                "/apis/storage.k8s.io/{version}/volumeattributesclasses"
+            ))
+            .header("content-type", "application/json")
+            .body(
+                serde_json::to_vec(&json!({"apiVersion": format!("storage.k8s.io/{version}"),
+                    "kind": "VolumeAttributesClass", "metadata": {"name": "gold"},
+                    "driverName": "example.com/none"}))
+                .expect("json"),
+            )
+            .expect("request");
+            let created = client.request::<Value>(request).await;
+            assert_eq!(
+                created.is_ok(),
+                served == Some(version),
+                "{name}: VolumeAttributesClass at {version}: {created:?}"
+            );
+        }
+
+        let index: Value = client
+            .request(
+                axum::http::Request::get("/openapi/v3")
+                    .body(Vec::new())
+                    .expect("request"),
+            )
+            .await
+            .expect("the OpenAPI v3 index");
+        let url = index["paths"]["apis/apps/v1"]["serverRelativeURL"]
+            .as_str()
+            .expect("apps/v1 in the index")
+            .to_owned();
+        let apps: Value = client
+            .request(
+                axum::http::Request::get(url)
+                    .body(Vec::new())
+                    .expect("request"),
+            )
+            .await
+            .expect("the apps/v1 document");
+        let properties = |definition: &str| {
+            apps["components"]["schemas"][definition]["properties"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            properties("io.k8s.api.apps.v1.RollingUpdateStatefulSetStrategy")
+                .contains_key("maxUnavailable"),
+            config.statefulset_max_unavailable_in_types,
+            "{name}"
+        );
+        assert_eq!(
+            properties("io.k8s.api.core.v1.PersistentVolumeClaimSpec")
+                .contains_key("volumeAttributesClassName"),
+            config.claim_volume_attributes_class_in_types,
+            "{name}"
+        );
+        assert!(
+            !properties("io.k8s.api.apps.v1.StatefulSetSpec")
+                .contains_key("volumeClaimUpdatePolicy"),
+            "{name}: no captured version has KEP-4650"
+        );
+    }
+}
+
+/// The synthetic `native_template_edits` (KEP-4650, in no captured version): OpenAPI lists
+/// `volumeClaimUpdatePolicy`, writes keep it, and a claim template's labels, annotations,
+/// size and VolumeAttributesClass may change, nothing else of it.
+#[tokio::test]
+async fn native_template_edits_accept_the_kep_4650_changes() {
+    for native in [false, true] {
+        let api = FakeApiServer::start_with(FakeApiConfig {
+            native_template_edits: native,
+            ..FakeApiConfig::profile(Profile::V1_35)
+        })
+        .await;
+        let client = api.client();
+        let v2: Value = client
+            .request(
+                axum::http::Request::get("/openapi/v2")
+                    .body(Vec::new())
+                    .expect("request"),
+            )
+            .await
+            .expect("openapi v2");
+        assert_eq!(
+            v2["definitions"]["io.k8s.api.apps.v1.StatefulSetSpec"]["properties"]
+                .get("volumeClaimUpdatePolicy")
+                .is_some(),
+            native
+        );
+        // Untyped: k8s-openapi's StatefulSetSpec has no such field either.
+        let sets: Api<kube::api::DynamicObject> = Api::default_namespaced_with(
+            client.clone(),
+            &kube::api::ApiResource::erase::<StatefulSet>(&()),
+        );
+        let mut body = serde_json::to_value(statefulset("web")).expect("json");
+        body["apiVersion"] = json!("apps/v1");
+        body["kind"] = json!("StatefulSet");
+        body["spec"]["volumeClaimUpdatePolicy"] = json!("OnDelete");
+        let created = sets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(body).expect("set"),
+            )
+            .await
+            .expect("create");
+        let stored = serde_json::to_value(&created).expect("json");
+        assert_eq!(
+            stored["spec"].get("volumeClaimUpdatePolicy").is_some(),
+            native,
+            "kept only where the types have it: {}",
+            stored["spec"]
+        );
+        let mut templates = stored["spec"]["volumeClaimTemplates"].clone();
+        templates[0]["spec"]["resources"]["requests"]["storage"] = json!("2Gi");
+        templates[0]["metadata"]["labels"] = json!({"tier": "db"});
+        let resized = sets
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"volumeClaimTemplates": templates.clone()}})),
+            )
+            .await;
+        assert_eq!(resized.is_ok(), native, "size and labels: {resized:?}");
+        templates[0]["spec"]["storageClassName"] = json!("other");
+        let reclassed = api_error(
+            sets.patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"volumeClaimTemplates": templates}})),
+            )
+            .await,
+        );
+        assert_eq!(reclassed.code, 422, "a class change stays refused");
+    }
 }

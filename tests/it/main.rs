@@ -4,6 +4,8 @@ mod admission_mode;
 #[path = "../agreement/mod.rs"]
 mod agreement;
 mod agreement_fake;
+mod apiserver_replay;
+mod capabilities;
 mod captured_reviews;
 mod certs;
 mod certs_self_managed;

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod};
+
+use crate::agreement::{Body, Expect};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -144,52 +146,80 @@ pub fn run_scenario(scenario: &Scenario) -> Result<(), libtest_mimic::Failed> {
     outcome.map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
 }
 
+/// A namespace labelled with [`SCENARIO_LABEL`] for `name` (`e2e-<name>-<random>`).
+async fn agreement_namespace(client: &kube::Client, name: &str) -> anyhow::Result<String> {
+    let base: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(40)
+        .collect();
+    let ns = format!("e2e-{}-{:04x}", base.trim_matches('-'), rand_u16());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams {
+                field_manager: Some(USER.into()),
+                ..PostParams::default()
+            },
+            &serde_json::from_value(json!({"metadata": {"name": ns,
+                "labels": {SCENARIO_LABEL: name}}}))?,
+        )
+        .await?;
+    Ok(ns)
+}
+
+/// Removes an agreement namespace (its pods first: no kubelet removes them).
+async fn remove_namespace(client: &kube::Client, ns: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let _ = pods
+        .delete_collection(
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+            &ListParams::default(),
+        )
+        .await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(ns, &DeleteParams::default()).await;
+}
+
+/// What the `KUBECONFIG` cluster does (tests/agreement `Expect::discover`), learned once per run
+/// in a namespace of its own.
+pub async fn expectations(client: &kube::Client) -> anyhow::Result<Arc<Expect>> {
+    static EXPECT: tokio::sync::OnceCell<Arc<Expect>> = tokio::sync::OnceCell::const_new();
+    EXPECT
+        .get_or_try_init(|| async {
+            let ns = agreement_namespace(client, "agreement-expect").await?;
+            let found = Expect::discover(client, &ns).await;
+            remove_namespace(client, &ns).await;
+            Ok(Arc::new(found?))
+        })
+        .await
+        .cloned()
+}
+
 /// Runs one agreement body (tests/agreement) on the `KUBECONFIG` cluster: a client, a
 /// namespace labelled with [`SCENARIO_LABEL`] for the body, removed afterwards whatever the
-/// outcome. Nothing is installed and `serve` is not needed.
-pub fn run_agreement(
-    name: &str,
-    body: fn(kube::Client, String) -> BoxFuture<'static, anyhow::Result<()>>,
-) -> Result<(), libtest_mimic::Failed> {
+/// outcome, and what the cluster was found to do ([`expectations`]). Nothing is installed and
+/// `serve` is not needed.
+pub fn run_agreement(name: &str, body: Body) -> Result<(), libtest_mimic::Failed> {
     let started = Instant::now();
     let outcome = RUNTIME.block_on(async {
         let cluster = Cluster::connect(&Env::kubeconfig(Which::Default)?).await?;
         let client = cluster.client.clone();
-        let base: String = name
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .take(40)
-            .collect();
-        let ns = format!("e2e-{}-{:04x}", base.trim_matches('-'), rand_u16());
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        namespaces
-            .create(
-                &PostParams {
-                    field_manager: Some(USER.into()),
-                    ..PostParams::default()
-                },
-                &serde_json::from_value(json!({"metadata": {"name": ns,
-                    "labels": {SCENARIO_LABEL: name}}}))?,
-            )
-            .await?;
-        let result =
-            match tokio::time::timeout(Duration::from_secs(120), body(client.clone(), ns.clone()))
-                .await
-            {
-                Ok(result) => result,
-                Err(_) => Err(anyhow::anyhow!("the body did not finish within 120 s")),
-            };
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let _ = pods
-            .delete_collection(
-                &DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..DeleteParams::default()
-                },
-                &ListParams::default(),
-            )
-            .await;
-        let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+        let expect = expectations(&client).await?;
+        let ns = agreement_namespace(&client, name).await?;
+        let result = match tokio::time::timeout(
+            Duration::from_secs(120),
+            body(client.clone(), ns.clone(), expect),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(anyhow::anyhow!("the body did not finish within 120 s")),
+        };
+        remove_namespace(&client, &ns).await;
         result
     });
     eprintln!(
@@ -197,6 +227,27 @@ pub fn run_agreement(
         if outcome.is_ok() { "passed" } else { "failed" },
         started.elapsed().as_secs_f64()
     );
+    outcome.map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
+}
+
+/// The trial `agreement_expectations_match_a_profile`: what the `KUBECONFIG` cluster was found
+/// to do ([`expectations`]) equals what one captured version does (`Expect::captured`, which
+/// the fake's profile of that version is checked against in tests/it); otherwise it names the
+/// closest version and every field that differs.
+pub fn expectations_match_a_profile() -> Result<(), libtest_mimic::Failed> {
+    let outcome = RUNTIME.block_on(async {
+        let cluster = Cluster::connect(&Env::kubeconfig(Which::Default)?).await?;
+        let found = expectations(&cluster.client).await?;
+        let (label, differences) = found.matching_capture()?;
+        eprintln!("e2e: the cluster ({}) answers as {label}", found.git_version);
+        anyhow::ensure!(
+            differences.is_empty(),
+            "the cluster ({}) matches no captured version; closest {label}, which differs in:\n{}\nfound: {found:#?}",
+            found.git_version,
+            differences.join("\n")
+        );
+        anyhow::Ok(())
+    });
     outcome.map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
 }
 

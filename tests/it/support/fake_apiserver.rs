@@ -2,12 +2,17 @@
 //!
 //! It speaks the real wire protocol over HTTP on 127.0.0.1 so that kube's `Client`,
 //! `Api` and the runtime's watchers and reflectors run unmodified against it, for the
-//! resources the project touches: statefulsets and deployments (apps/v1);
-//! persistentvolumeclaims, pods, namespaces, configmaps, secrets and events (core v1);
-//! events (events.k8s.io/v1);
-//! storageclasses (storage.k8s.io/v1); leases (coordination.k8s.io/v1);
-//! mutatingwebhookconfigurations and validatingwebhookconfigurations
-//! (admissionregistration.k8s.io/v1, cluster-scoped).
+//! resources the project touches: statefulsets (with `status` and `scale`) and deployments
+//! (apps/v1); persistentvolumeclaims, persistentvolumes, pods, namespaces, configmaps, secrets
+//! and events (core v1); events (events.k8s.io/v1); storageclasses and
+//! volumeattributesclasses (storage.k8s.io/v1 or v1beta1, where served);
+//! leases (coordination.k8s.io/v1); mutatingwebhookconfigurations and
+//! validatingwebhookconfigurations (admissionregistration.k8s.io/v1, cluster-scoped).
+//!
+//! It answers as one apiserver version: [`FakeApiConfig::profile`] sets every switch as a
+//! captured real apiserver answered (`tests/fixtures/apiserver-behaviour/`, [`profile`]), and
+//! `tests/it/apiserver_replay.rs` checks each profile against its captures; discovery and
+//! OpenAPI ([`discovery`]) serve that version's documents, adjusted to the switches.
 //!
 //! Fidelity, by design:
 //! - objects are raw JSON (unknown fields survive); one global resourceVersion; core/v1 and
@@ -32,7 +37,9 @@
 //! - `metadata.managedFields` on every create, update, patch, apply and status write
 //!   ([`managed_fields`]): the manager is `fieldManager`, else the user agent's product
 //!   token, else `unknown`; on create the creator takes every field the object has from
-//!   any managedFields sent, on an update sent ones stand as given; lists are atomic leaves;
+//!   any managedFields sent, on an update sent ones stand as given; associative lists
+//!   (containers, volumes, conditions, webhooks, ...) by key and atomic maps and lists as the
+//!   schema has them ([`schema`]);
 //! - server-side apply ([`apply`]): `fieldManager` required, `force`, merge with lists
 //!   replaced whole, pruning, and 409 conflicts with the apiserver's message;
 //! - admission ([`admission`]): pluggable hooks get AdmissionReviews shaped like the
@@ -42,38 +49,47 @@
 //! - `/status` subresources for statefulsets, deployments, claims and pods: a status write
 //!   changes status and metadata (not a pod's ownerReferences), never spec; a write of the
 //!   main resource leaves status alone;
-//! - the StatefulSet and PVC update validation and the defaulting our rules meet; Secrets
-//!   turn `stringData` into `data`, default to `Opaque`, keep their type, and a
-//!   `kubernetes.io/tls` Secret needs `tls.crt` and `tls.key`;
-//! - new claims get the `kubernetes.io/pvc-protection` finalizer (the
-//!   StorageObjectInUseProtection plugin), which a claim being deleted loses as soon as no
-//!   scheduled, unfinished pod uses it (the PVC protection controller; checked on the claim's
-//!   delete and on the delete of a pod using it);
+//! - the StatefulSet and PVC validation and the defaulting our rules meet, as each version
+//!   words and decides them; the defaults of StorageClasses, volumes, namespaces, pods and
+//!   webhook configurations; Secrets turn `stringData` into `data`, default to `Opaque`, keep
+//!   their type, and a `kubernetes.io/tls` Secret needs `tls.crt` and `tls.key`;
+//! - the admission plugins every apiserver runs: DefaultStorageClass, DefaultTolerationSeconds,
+//!   Priority, PersistentVolumeClaimResize (a switch, off by default) and
+//!   StorageObjectInUseProtection: new claims get the `kubernetes.io/pvc-protection` finalizer,
+//!   which a claim being deleted loses as soon as no scheduled, unfinished pod uses it (the PVC
+//!   protection controller; checked on the claim's delete and on the delete of a pod using
+//!   it), volumes `kubernetes.io/pv-protection`, VolumeAttributesClasses (v1.35+)
+//!   `kubernetes.io/vac-protection`;
 //! - delete with uid/resourceVersion preconditions and the garbage collector's orphaning;
 //!   other propagation policies are only recorded: dependents are never deleted;
 //! - `dryRun=All` validates (and admits) and answers without storing;
 //! - `/version` and `SelfSubjectAccessReview` ([`authz`]) with a policy and an impersonation
 //!   switch the test sets.
 //!
-//! Not modelled: authentication (impersonation headers only name the user webhooks see),
-//! namespace lifecycle (objects may be created in namespaces that do not exist; deleting a
-//! namespace deletes nothing else), pod graceful termination (pods go at once, as
-//! unscheduled pods do), associative lists in managedFields and apply, quantity
-//! canonicalisation, and the webhook configurations' defaulting and validation (they are
-//! stored as sent). Objects put with the store hooks ([`FakeApiServer::put_object`]) keep
-//! the managedFields they carry, as another controller's write would leave them.
+//! Not modelled: authentication (impersonation headers only name the user webhooks see, with
+//! `Impersonate-Uid` and `Impersonate-Extra-*`), namespace lifecycle (objects may be created
+//! in namespaces that do not exist; deleting a namespace deletes nothing else), pod graceful
+//! termination (pods go at once, as unscheduled pods do), associative lists in apply's merge
+//! (an item the configuration leaves out goes), warnings for unknown fields (they are dropped
+//! silently), the go-cmp diff older versions append to a claim's immutability message, quantity
+//! canonicalisation, and the webhook configurations' validation. Objects put with the store
+//! hooks ([`FakeApiServer::put_object`]) keep the managedFields they carry, as another
+//! controller's write would leave them.
 
 pub mod admission;
 mod apply;
 pub mod authz;
+mod discovery;
 mod errors;
 mod events;
 mod http;
 pub mod managed_fields;
 mod pagination;
+pub mod profile;
 mod registry;
 mod request_log;
 pub mod resources;
+mod schema;
 mod seed;
 mod selectors;
 mod store;
@@ -97,11 +113,24 @@ pub use traffic::{WatchSelector, WriteRecord};
 pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
 
 pub use admission::AdmissionHook;
+pub use profile::Profile;
 use request_log::{Fault, HoldRule, RequestLog};
 use store::{Store, meta_str, metadata_mut, namespace_and_name, typed};
 
+/// How a validation message quotes an `intstr.IntOrString` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueWording {
+    /// Go's `%#v` of the struct, as `field.Invalid` printed it up to v1.33:
+    /// `intstr.IntOrString{Type:1, IntVal:0, StrVal:"0%"}`.
+    GoStruct,
+    /// As JSON, as v1.34+ print it: `0`, `"0%"`.
+    Json,
+}
+
 /// Behaviour switches; all may also be changed while the server runs
-/// ([`FakeApiServer::configure`]).
+/// ([`FakeApiServer::configure`]). [`FakeApiConfig::profile`] sets them as one captured
+/// apiserver version answers; the default is a v1.33 with both StatefulSet and
+/// VolumeAttributesClass gates on.
 #[derive(Debug, Clone)]
 pub struct FakeApiConfig {
     /// Whether a claim's `spec.storageClassName` may go from unset to a value (Kubernetes
@@ -113,7 +142,8 @@ pub struct FakeApiConfig {
     pub drop_statefulset_max_unavailable: bool,
     /// Act like an apiserver with the `VolumeAttributesClass` gate off (v1.32 and v1.33's
     /// default): silently drop a claim's `spec.volumeAttributesClassName` on every write
-    /// (unless the stored claim already uses it). StatefulSet claim templates keep it.
+    /// (unless the stored claim already uses it). StatefulSet claim templates keep it. With
+    /// the gate off no version of `storage.k8s.io` serves VolumeAttributesClasses either.
     pub drop_claim_volume_attributes_class: bool,
     /// How long an orphan delete keeps the object present, with `deletionTimestamp` and
     /// the `orphan` finalizer, before the dependents are orphaned and the object goes;
@@ -128,6 +158,73 @@ pub struct FakeApiConfig {
     pub request_log_limit: usize,
     /// `gitVersion` of `/version`.
     pub git_version: String,
+    /// `gitCommit` of `/version`.
+    pub git_commit: String,
+    /// Whose captured discovery documents and OpenAPI property names are served (adjusted to
+    /// the switches: [`profile::Documents`]).
+    pub documents: Profile,
+    /// The `storage.k8s.io` version that serves VolumeAttributesClasses (`v1`, `v1beta1`),
+    /// when `drop_claim_volume_attributes_class` is off; none: no version serves them (404).
+    pub volume_attributes_class_api: Option<&'static str>,
+    /// Whether a new VolumeAttributesClass gets the `kubernetes.io/vac-protection` finalizer
+    /// (v1.35+).
+    pub volume_attributes_class_protection: bool,
+    /// Whether the StatefulSet types have `rollingUpdate.maxUnavailable` (not in
+    /// v1.24.0-alpha.1): without it a sent value is lost in decoding, before the field manager
+    /// sees it, and OpenAPI does not list it.
+    pub statefulset_max_unavailable_in_types: bool,
+    /// `SetDefaults_StatefulSet` with `MaxUnavailableStatefulSet` on: a `rollingUpdate`
+    /// without `maxUnavailable` gets 1.
+    pub max_unavailable_default_one: bool,
+    /// `maxUnavailable` validated (`pkg/apis/apps/validation`: not negative, not 0, not over
+    /// 100%), as with `MaxUnavailableStatefulSet` on, in this wording; none: not validated.
+    pub max_unavailable_validation: Option<ValueWording>,
+    /// Whether the claim types have `spec.volumeAttributesClassName` (v1.29+): without it a
+    /// sent value is lost in decoding, and the immutability message is the older one
+    /// (`... except resources.requests for bound claims`).
+    pub claim_volume_attributes_class_in_types: bool,
+    /// Whether `spec.persistentVolumeClaimRetentionPolicy` is served and defaulted
+    /// (`StatefulSetAutoDeletePVC`, beta from v1.27): when off it is dropped, as v1.24 does.
+    pub statefulset_retention_policy: bool,
+    /// The spec fields a StatefulSet update may change, in the order the apiserver's
+    /// message names them ([`profile::STATEFULSET_MUTABLE_V1_32`] and its siblings).
+    pub statefulset_mutable_fields: &'static [&'static str],
+    /// Whether a zero `metadata.creationTimestamp` prints as `null` (up to v1.34): in the
+    /// pod template and claim templates of a StatefulSet, and in the object a mutating webhook
+    /// sees on create.
+    pub zero_creation_timestamp_null: bool,
+    /// Whether the claim immutability message ends with a unified diff of the two specs as
+    /// JSON (v1.35+, `k8s.io/apimachinery/pkg/util/diff`). Older apiservers append a go-cmp
+    /// diff, which the fake does not reproduce: the message then ends after the sentence.
+    pub claim_spec_json_diff: bool,
+    /// Whether a bound claim's request may be lowered while it stays above `status.capacity`
+    /// (`RecoverVolumeExpansionFailure`, on from v1.32): when off any decrease is refused with
+    /// `field can not be less than previous value`.
+    pub expansion_recovery: bool,
+    /// Not a captured version: a future apiserver with KEP-4650 (StatefulSet claim template
+    /// updates). StatefulSetSpec lists `volumeClaimUpdatePolicy` in OpenAPI, the field is kept
+    /// on writes, and an update changing only the labels, annotations,
+    /// `resources.requests.storage` or `volumeAttributesClassName` of claim templates is
+    /// accepted.
+    pub native_template_edits: bool,
+    /// Whether service-account users carry `authentication.kubernetes.io/credential-id` in
+    /// `userInfo.extra` (v1.32+: the token's JTI), as webhooks see it.
+    pub service_account_credential_id: bool,
+    /// Whether the StatefulSet controller labels pods `apps.kubernetes.io/pod-index` (v1.28+),
+    /// for the simulations that play it.
+    pub pod_index_label: bool,
+    /// Whether pods get `metadata.generation` (v1.35+).
+    pub pod_generation: bool,
+    /// Whether a PersistentVolume's status records `lastPhaseTransitionTime` (v1.29+).
+    pub volume_last_phase_transition_time: bool,
+    /// Whether a PersistentVolume's `spec.claimRef` is tracked field by field in managedFields
+    /// (v1.26+); before, it is one atomic value.
+    pub volume_claim_ref_granular: bool,
+    /// Whether the `PersistentVolumeClaimResize` admission plugin runs, as on every apiserver
+    /// (and in every profile): a claim's request grows only while it is bound and its
+    /// StorageClass has `allowVolumeExpansion: true` (403 otherwise). Off by default, where
+    /// tests expand bound claims without making their class.
+    pub claim_resize_admission: bool,
     /// Whether the client may impersonate (`Impersonate-User`) for an access review.
     pub impersonation_allowed: bool,
     /// What `SelfSubjectAccessReview` answers as refused; everything else is allowed.
@@ -145,6 +242,26 @@ impl Default for FakeApiConfig {
             watch_history_limit: 10_000,
             request_log_limit: 100_000,
             git_version: "v1.33.0".to_owned(),
+            git_commit: "0000000000000000000000000000000000000000".to_owned(),
+            documents: Profile::V1_32GatesOn,
+            volume_attributes_class_api: Some("v1beta1"),
+            volume_attributes_class_protection: false,
+            statefulset_max_unavailable_in_types: true,
+            max_unavailable_default_one: false,
+            max_unavailable_validation: None,
+            claim_volume_attributes_class_in_types: true,
+            statefulset_retention_policy: true,
+            statefulset_mutable_fields: profile::STATEFULSET_MUTABLE_V1_32,
+            zero_creation_timestamp_null: true,
+            claim_spec_json_diff: false,
+            expansion_recovery: true,
+            native_template_edits: false,
+            service_account_credential_id: false,
+            pod_index_label: false,
+            pod_generation: false,
+            volume_last_phase_transition_time: true,
+            volume_claim_ref_granular: true,
+            claim_resize_admission: false,
             impersonation_allowed: true,
             denied_access: Vec::new(),
         }
@@ -304,6 +421,11 @@ impl FakeApiServer {
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
         kube::Client::try_from(config).expect("a kube client for the fake API server")
+    }
+
+    /// The behaviour switches now.
+    pub fn config(&self) -> FakeApiConfig {
+        self.shared.config()
     }
 
     /// Changes behaviour switches; takes effect for the next request.

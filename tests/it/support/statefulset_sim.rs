@@ -267,7 +267,9 @@ impl Sim {
                         })
                         .clone();
                     if now.duration_since(since) >= self.config.create_delay {
-                        let pod = new_pod(&self.namespace, &self.name, &uid, n, &revision);
+                        let index_label = self.api.config().pod_index_label;
+                        let pod =
+                            new_pod(&self.namespace, &self.name, &uid, n, &revision, index_label);
                         if pods_api.create(&PostParams::default(), &pod).await.is_ok() {
                             state.missing.remove(&n);
                             state.created_at.insert(self.pod_name(n), Instant::now());
@@ -391,9 +393,18 @@ fn lock(stats: &Mutex<SimStats>) -> std::sync::MutexGuard<'_, SimStats> {
     stats.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn new_pod(namespace: &str, set: &str, set_uid: &str, ordinal: u32, revision: &str) -> Pod {
+/// The pod the StatefulSet controller makes; from v1.28 it carries its ordinal as the label
+/// `apps.kubernetes.io/pod-index` (`index_label`).
+fn new_pod(
+    namespace: &str,
+    set: &str,
+    set_uid: &str,
+    ordinal: u32,
+    revision: &str,
+    index_label: bool,
+) -> Pod {
     let name = format!("{set}-{ordinal}");
-    serde_json::from_value(json!({
+    let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -410,6 +421,9 @@ fn new_pod(namespace: &str, set: &str, set_uid: &str, ordinal: u32, revision: &s
             }],
         },
         "spec": {"containers": [{"name": "app", "image": "app"}]},
-    }))
-    .expect("a valid pod")
+    });
+    if index_label {
+        pod["metadata"]["labels"]["apps.kubernetes.io/pod-index"] = json!(ordinal.to_string());
+    }
+    serde_json::from_value(pod).expect("a valid pod")
 }

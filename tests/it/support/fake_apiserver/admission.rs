@@ -118,13 +118,37 @@ pub trait AdmissionHook: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserInfo {
     pub username: String,
+    /// The authenticator's uid of the user, if it gives one.
+    pub uid: Option<String>,
     pub groups: Vec<String>,
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// A UUID derived from `seed`: the same user gets the same one.
+fn stable_uid(seed: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    seed.hash(&mut hasher);
+    let a = hasher.finish();
+    (seed, "b").hash(&mut hasher);
+    let b = hasher.finish();
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        0x8000 | (b >> 48) & 0x3fff,
+        b & 0xffff_ffff_ffff
+    )
 }
 
 impl UserInfo {
-    /// From `Impersonate-User` / `Impersonate-Group` headers (kube's client sends them when
-    /// configured to impersonate), else the cluster admin of a kubeadm kubeconfig.
-    pub fn from_headers(headers: &axum::http::HeaderMap) -> Self {
+    /// From the impersonation headers (`Impersonate-User`, `-Group`, `-Uid`, `-Extra-<key>`;
+    /// kube's client sends the first two when configured to impersonate), else the cluster
+    /// admin of a kubeadm kubeconfig. A service account (`system:serviceaccount:<ns>:<name>`)
+    /// authenticates with a token: it has a uid, and from v1.32 the token's id in `extra`
+    /// (`service_account_credential_id`).
+    pub fn from_headers(headers: &axum::http::HeaderMap, config: &super::FakeApiConfig) -> Self {
         let values = |name: &str| -> Vec<String> {
             headers
                 .get_all(name)
@@ -133,20 +157,61 @@ impl UserInfo {
                 .map(str::to_owned)
                 .collect()
         };
-        match values("impersonate-user").into_iter().next() {
+        let mut user = match values("impersonate-user").into_iter().next() {
             Some(username) => {
                 let mut groups = values("impersonate-group");
                 groups.push("system:authenticated".into());
-                Self { username, groups }
+                Self {
+                    username,
+                    uid: values("impersonate-uid").into_iter().next(),
+                    groups,
+                    extra: std::collections::BTreeMap::new(),
+                }
             }
             None => Self {
                 username: "kubernetes-admin".into(),
+                uid: None,
                 groups: vec![
                     "kubeadm:cluster-admins".into(),
                     "system:authenticated".into(),
                 ],
+                extra: std::collections::BTreeMap::new(),
             },
+        };
+        for (name, value) in headers {
+            if let Some(key) = name.as_str().strip_prefix("impersonate-extra-")
+                && let Ok(value) = value.to_str()
+            {
+                user.extra
+                    .entry(key.replace("%2F", "/").replace("%2f", "/"))
+                    .or_default()
+                    .push(value.to_owned());
+            }
         }
+        if user.username.starts_with("system:serviceaccount:") {
+            if user.uid.is_none() {
+                user.uid = Some(stable_uid(&user.username));
+            }
+            if config.service_account_credential_id {
+                let jti = format!("JTI={}", stable_uid(&format!("{}/token", user.username)));
+                user.extra
+                    .entry("authentication.kubernetes.io/credential-id".to_owned())
+                    .or_insert_with(|| vec![jti]);
+            }
+        }
+        user
+    }
+
+    /// As an AdmissionReview's `userInfo`.
+    pub fn to_json(&self) -> Value {
+        let mut info = json!({"username": self.username, "groups": self.groups});
+        if let Some(uid) = &self.uid {
+            info["uid"] = json!(uid);
+        }
+        if !self.extra.is_empty() {
+            info["extra"] = json!(self.extra);
+        }
+        info
     }
 }
 
@@ -174,6 +239,8 @@ pub struct WriteRequest<'a> {
     pub writer: Writer<'a>,
     /// `fieldManager` as the client sent it, for the review's `options`.
     pub field_manager: Option<&'a str>,
+    /// `fieldValidation` as the client sent it, for the review's `options`.
+    pub field_validation: Option<&'a str>,
     pub user: UserInfo,
     pub body: WriteBody,
 }
@@ -240,7 +307,7 @@ pub(super) async fn write(
         )
         .await
         .map_err(|e| e.with_warnings(&warnings))?;
-        if request.target == Target::Main {
+        if request.target != Target::Status {
             registry::apply_defaults(
                 &config,
                 request.resource,
@@ -355,7 +422,7 @@ fn complete(
     request: &WriteRequest<'_>,
     mut prepared: Prepared,
 ) -> Result<Prepared, ApiError> {
-    if request.target == Target::Main {
+    if request.target != Target::Status {
         registry::drop_disabled_fields(
             config,
             request.resource,
@@ -364,9 +431,9 @@ fn complete(
         );
     }
     let object = match &prepared.current {
-        None => registry::complete_create(store, request.resource, prepared.object)?,
+        None => registry::complete_create(store, config, request.resource, prepared.object)?,
         Some(current) => {
-            registry::complete_update(config, &request.update(), current, prepared.object)?
+            registry::complete_update(store, config, &request.update(), current, prepared.object)?
         }
     };
     Ok(Prepared { object, ..prepared })
@@ -402,8 +469,14 @@ fn commit(
 
 /// The AdmissionReview a webhook gets, shaped like the apiserver's (see
 /// `tests/fixtures/apiserver`).
-fn review(uid: &str, request: &WriteRequest<'_>, prepared: &Prepared) -> Value {
+fn review(uid: &str, request: &WriteRequest<'_>, prepared: &Prepared, zero_null: bool) -> Value {
     let resource = request.resource;
+    let mut object = prepared.object.clone();
+    // Before the registry names it, a new object's creationTimestamp is zero: `null` up to
+    // v1.34, left out after.
+    if zero_null && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.entry("creationTimestamp").or_insert(Value::Null);
+    }
     let (namespace, name) = namespace_and_name(&prepared.object);
     let kind = json!({"group": resource.group, "version": resource.version, "kind": resource.kind});
     let gvr =
@@ -416,6 +489,9 @@ fn review(uid: &str, request: &WriteRequest<'_>, prepared: &Prepared) -> Value {
     if let Some(manager) = request.field_manager {
         options["fieldManager"] = json!(manager);
     }
+    if let Some(validation) = request.field_validation {
+        options["fieldValidation"] = json!(validation);
+    }
     if request.writer.dry_run {
         options["dryRun"] = json!(["All"]);
     }
@@ -427,19 +503,27 @@ fn review(uid: &str, request: &WriteRequest<'_>, prepared: &Prepared) -> Value {
         "requestResource": gvr,
         "name": name,
         "operation": prepared.operation.as_str(),
-        "userInfo": {"username": request.user.username, "groups": request.user.groups},
-        "object": prepared.object,
+        "userInfo": request.user.to_json(),
+        "object": object,
         "oldObject": prepared.current,
         "dryRun": request.writer.dry_run,
         "options": options,
     });
-    if request.target == Target::Status {
-        body["subResource"] = json!("status");
+    if let Some(sub) = sub_resource(request.target) {
+        body["subResource"] = json!(sub);
     }
     if !namespace.is_empty() {
         body["namespace"] = json!(namespace);
     }
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body})
+}
+
+fn sub_resource(target: Target) -> Option<&'static str> {
+    match target {
+        Target::Main => None,
+        Target::Status => Some("status"),
+        Target::Scale => Some("scale"),
+    }
 }
 
 /// Calls every webhook of `phase`; answers the object as the mutating ones left it.
@@ -452,6 +536,7 @@ async fn run_hooks(
     warnings: &mut Vec<String>,
 ) -> Result<Value, ApiError> {
     let mut object = prepared.object.clone();
+    let zero_null = shared.config().zero_creation_timestamp_null;
     for hook in hooks {
         let webhooks = {
             let store = shared.store();
@@ -459,7 +544,7 @@ async fn run_hooks(
             let attributes = Attributes {
                 operation: prepared.operation,
                 resource: request.resource,
-                sub_resource: (request.target == Target::Status).then_some("status"),
+                sub_resource: sub_resource(request.target),
                 namespace: &namespace,
                 name: &name,
                 dry_run: request.writer.dry_run,
@@ -473,7 +558,7 @@ async fn run_hooks(
                 ..prepared.clone()
             };
             let answer = hook
-                .call(&webhook, review(&uid, request, &current))
+                .call(&webhook, review(&uid, request, &current, zero_null))
                 .await
                 .and_then(|reply| verdict(phase, &uid, &reply));
             match answer {

@@ -28,6 +28,7 @@ use super::errors::{ApiError, FieldError};
 use super::managed_fields::{self, Conflict, FieldSet, Tracking};
 use super::registry::{self, Target, Update, Writer};
 use super::resources::ResourceType;
+use super::schema::Schema;
 use super::store::{Store, meta_str};
 
 /// Checks the options of a patch: `fieldManager` for apply, `force` only with apply.
@@ -157,7 +158,7 @@ fn scoped(config: &Value, tracking: Tracking) -> Value {
     if let Some(map) = out.as_object_mut() {
         match tracking {
             Tracking::Whole => {}
-            Tracking::Main => {
+            Tracking::Main | Tracking::Scale => {
                 map.remove("status");
             }
             Tracking::Status => {
@@ -191,24 +192,60 @@ pub fn apply_update(
     let resource = request.resource;
     check_config(resource, applied, request.name)?;
     let tracking = registry::tracking(resource, request.target);
-    let applied = scoped(applied, tracking);
+    let mut applied = scoped(applied, tracking);
+    registry::drop_unknown_fields(config, resource, &mut applied);
     let mut merged = current.clone();
     merge(&mut merged, &applied);
     let now = registry::now_rfc3339();
+    let schema = Schema::new(resource, config);
     managed_fields::apply(
         Some(current),
         &mut merged,
-        managed_fields::field_set(&managed_fields::tracked(&applied, tracking)),
+        managed_fields::field_set(&schema, &managed_fields::tracked(&applied, tracking)),
         &managed_fields::Writer {
             manager: request.writer.manager,
             api_version: &resource.api_version(),
             tracking,
             now: &now,
+            schema,
         },
         force,
     )
     .map_err(|conflicts| conflict_error(&conflicts))?;
+    update_last_applied(request.writer.manager, &applied, &mut merged);
     registry::strategy_update(config, request, current, merged)
+}
+
+/// The annotation `kubectl apply` (client-side) keeps its last configuration in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// `lastAppliedUpdater`: an apply by `kubectl` (its server-side apply) rewrites the
+/// client-side annotation where the object has one, so that a later client-side apply
+/// agrees; the annotation is the applied configuration as JSON, without the annotation
+/// itself. Done after the field manager: the annotation stays whoever's it was.
+fn update_last_applied(manager: &str, applied: &Value, object: &mut Value) {
+    let present = object
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED))
+        .and_then(Value::as_str)
+        .is_some_and(|v| !v.is_empty());
+    if manager != "kubectl" || !present {
+        return;
+    }
+    let mut last = applied.clone();
+    if let Some(annotations) = last
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.remove(LAST_APPLIED);
+    }
+    let text = format!("{last}\n");
+    if let Some(annotations) = object
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.insert(LAST_APPLIED.to_owned(), json!(text));
+    }
 }
 
 /// An apply that creates the object: the created object, before admission; the applier
@@ -224,22 +261,25 @@ pub fn apply_create(
 ) -> Result<Value, ApiError> {
     check_config(resource, applied, name)?;
     let tracking = registry::tracking(resource, Target::Main);
-    let applied = scoped(applied, tracking);
+    let mut applied = scoped(applied, tracking);
+    registry::drop_unknown_fields(config, resource, &mut applied);
     let mut object =
         registry::prepare_create(store, config, resource, namespace, applied.clone(), writer)?;
     if let Some(Value::Object(meta)) = object.get_mut("metadata") {
         meta.remove("managedFields");
     }
     let now = registry::now_rfc3339();
+    let schema = Schema::new(resource, config);
     managed_fields::apply(
         None,
         &mut object,
-        managed_fields::field_set(&managed_fields::tracked(&applied, tracking)),
+        managed_fields::field_set(&schema, &managed_fields::tracked(&applied, tracking)),
         &managed_fields::Writer {
             manager: writer.manager,
             api_version: &resource.api_version(),
             tracking,
             now: &now,
+            schema,
         },
         true,
     )

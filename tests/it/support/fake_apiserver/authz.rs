@@ -44,13 +44,14 @@ impl DeniedAccess {
 
 /// `GET /version`: the `version.Info` of the configured `gitVersion`.
 pub(super) async fn version(State(shared): State<Arc<Shared>>) -> Response {
-    let git_version = shared.config().git_version;
+    let config = shared.config();
+    let (git_version, git_commit) = (config.git_version, config.git_commit);
     let mut parts = git_version.trim_start_matches('v').split('.');
     let major = parts.next().unwrap_or("1").to_owned();
     let minor = parts.next().unwrap_or("0").to_owned();
     axum::Json(json!({
         "major": major, "minor": minor, "gitVersion": git_version,
-        "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+        "gitCommit": git_commit, "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.0", "compiler": "gc",
         "platform": "linux/amd64"
     }))

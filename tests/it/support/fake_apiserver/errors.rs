@@ -61,6 +61,20 @@ impl ApiError {
             "NotFound",
             "the server could not find the requested resource",
         )
+        .with_details(json!({}))
+    }
+
+    /// An admission plugin's refusal (`admission.NewForbidden`): 403, the resource and name.
+    pub fn forbidden(resource: &ResourceType, name: &str, why: &str) -> Self {
+        Self::new(
+            403,
+            "Forbidden",
+            format!(
+                "{} \"{name}\" is forbidden: {why}",
+                resource.qualified_resource()
+            ),
+        )
+        .with_details(json!({"name": name, "group": resource.group, "kind": resource.plural}))
     }
 
     pub fn method_not_allowed(method: &str) -> Self {
@@ -302,7 +316,14 @@ impl ApiError {
             "code": self.code,
         });
         if let Some(details) = &self.details {
-            status["details"] = details.clone();
+            let mut details = details.clone();
+            // `StatusDetails.group` is omitempty: the core group is not named.
+            if let Some(map) = details.as_object_mut()
+                && map.get("group").is_some_and(|g| g == "")
+            {
+                map.remove("group");
+            }
+            status["details"] = details;
         }
         status
     }
@@ -338,6 +359,8 @@ pub enum FieldErrorKind {
     Required,
     /// Carries the offending value as the message quotes it.
     Invalid(String),
+    /// Carries the offending value as printed already (a number, an `intstr.IntOrString`).
+    InvalidRaw(String),
 }
 
 impl FieldErrorKind {
@@ -345,7 +368,7 @@ impl FieldErrorKind {
         match self {
             Self::Forbidden => "FieldValueForbidden",
             Self::Required => "FieldValueRequired",
-            Self::Invalid(_) => "FieldValueInvalid",
+            Self::Invalid(_) | Self::InvalidRaw(_) => "FieldValueInvalid",
         }
     }
 }
@@ -375,6 +398,15 @@ impl FieldError {
         }
     }
 
+    /// An invalid value printed as given: `Invalid value: 0: cannot be 0`.
+    pub fn invalid_raw(path: &str, shown: &str, detail: &str) -> Self {
+        Self {
+            path: path.to_owned(),
+            kind: FieldErrorKind::InvalidRaw(shown.to_owned()),
+            detail: detail.to_owned(),
+        }
+    }
+
     /// The part after `<path>: `.
     fn body(&self) -> String {
         match &self.kind {
@@ -383,6 +415,7 @@ impl FieldError {
             FieldErrorKind::Required if self.detail.is_empty() => "Required value".to_owned(),
             FieldErrorKind::Required => format!("Required value: {}", self.detail),
             FieldErrorKind::Invalid(value) => format!("Invalid value: {value:?}: {}", self.detail),
+            FieldErrorKind::InvalidRaw(shown) => format!("Invalid value: {shown}: {}", self.detail),
         }
     }
 }

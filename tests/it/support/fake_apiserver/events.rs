@@ -63,7 +63,22 @@ pub fn views(resource: &ResourceType, object: &Value) -> (Value, Value) {
         object.clone()
     };
     let core = with_defaults(core, &core_always(), "count");
-    let v1 = convert(&core, "events.k8s.io/v1", "Event", |pair| pair);
+    let mut v1 = convert(&core, "events.k8s.io/v1", "Event", |pair| pair);
+    // events.k8s.io/v1 leaves these out when empty (`omitempty`), where core/v1 prints "".
+    if let Some(map) = v1.as_object_mut() {
+        for field in [
+            "reportingController",
+            "reportingInstance",
+            "action",
+            "reason",
+            "note",
+            "type",
+        ] {
+            if map.get(field).is_some_and(|v| v == "") {
+                map.remove(field);
+            }
+        }
+    }
     let v1 = with_defaults(v1, &v1_always(), "deprecatedCount");
     (core, v1)
 }

@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
+use axum::routing::{any, get};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -19,6 +19,7 @@ use super::Shared;
 use super::admission::{self, UserInfo, WriteBody, WriteRequest};
 use super::apply;
 use super::authz;
+use super::discovery;
 use super::errors::ApiError;
 use super::pagination::{self, ListRequest};
 use super::registry::{self, DeleteOptions, PatchKind, Target, Writer};
@@ -35,6 +36,18 @@ pub fn router(shared: Arc<Shared>) -> Router {
     let resource = any(serve_resource);
     Router::new()
         .route("/version", axum::routing::get(authz::version))
+        .route("/api", get(discovery::core_versions))
+        .route("/api/{version}", get(discovery::core_resources))
+        .route("/apis", get(discovery::groups))
+        .route("/apis/{group}", get(discovery::group))
+        .route("/apis/{group}/{version}", get(discovery::group_resources))
+        .route("/openapi/v2", get(discovery::openapi_v2))
+        .route("/openapi/v3", get(discovery::openapi_v3_index))
+        .route("/openapi/v3/api/{version}", get(discovery::openapi_v3_core))
+        .route(
+            "/openapi/v3/apis/{group}/{version}",
+            get(discovery::openapi_v3_group),
+        )
         .route(
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
             axum::routing::post(authz::self_subject_access_review),
@@ -163,6 +176,7 @@ struct Params {
     dry_run: Option<String>,
     propagation_policy: Option<String>,
     field_manager: Option<String>,
+    field_validation: Option<String>,
     force: Option<String>,
     limit: Option<String>,
     #[serde(rename = "continue")]
@@ -211,12 +225,22 @@ struct Address {
 }
 
 impl Address {
-    fn resolve(mut params: HashMap<String, String>) -> Result<Self, ApiError> {
+    fn resolve(
+        mut params: HashMap<String, String>,
+        config: &super::FakeApiConfig,
+    ) -> Result<Self, ApiError> {
         let group = params.remove("group").unwrap_or_default();
         let version = params.remove("version").unwrap_or_default();
         let plural = params.remove("plural").unwrap_or_default();
         let resource =
             ResourceType::find(&group, &version, &plural).ok_or_else(ApiError::unknown_path)?;
+        // VolumeAttributesClasses are served at one version, or none, as the gate and the
+        // enabled versions decide.
+        if resource.plural == "volumeattributesclasses"
+            && super::profile::volume_attributes_class_version(config) != Some(resource.version)
+        {
+            return Err(ApiError::unknown_path());
+        }
         let namespace = params.remove("namespace");
         if namespace.is_some() && !resource.namespaced {
             return Err(ApiError::unknown_path());
@@ -224,6 +248,7 @@ impl Address {
         let target = match params.remove("subresource").as_deref() {
             None => Target::Main,
             Some("status") if resource.status_subresource => Target::Status,
+            Some("scale") if resource.plural == "statefulsets" => Target::Scale,
             Some(_) => return Err(ApiError::unknown_path()),
         };
         let name = params.remove("name");
@@ -260,7 +285,7 @@ async fn serve_resource(
     body: Bytes,
 ) -> Response {
     let result = match query {
-        Ok(Query(params_q)) => match Address::resolve(params) {
+        Ok(Query(params_q)) => match Address::resolve(params, &shared.config()) {
             Ok(address) => dispatch(&shared, &method, &address, &params_q, &headers, &body).await,
             Err(e) => Err(e),
         },
@@ -280,6 +305,9 @@ async fn dispatch(
     let resource = address.resource;
     let dry_run = params.dry_run.as_deref() == Some("All");
     let namespace = address.namespace.as_deref().unwrap_or("");
+    if address.target == Target::Scale {
+        return scale(shared, method, address, params, headers, dry_run, body).await;
+    }
     match (method, address.name.as_deref()) {
         (&Method::GET, None) if flag(params.watch.as_ref()) => {
             let request = WatchRequest {
@@ -412,6 +440,90 @@ async fn dispatch(
     }
 }
 
+/// The autoscaling/v1 Scale of a StatefulSet (`GetScale` of its registry).
+fn scale_of(set: &Value) -> Value {
+    let selector: Vec<String> = set
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    let meta = |k: &str| {
+        set.pointer(&format!("/metadata/{k}"))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    serde_json::json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {"name": meta("name"), "namespace": meta("namespace"), "uid": meta("uid"),
+                     "resourceVersion": meta("resourceVersion"),
+                     "creationTimestamp": meta("creationTimestamp")},
+        "spec": {"replicas": set.pointer("/spec/replicas").cloned().unwrap_or(serde_json::json!(0))},
+        "status": {"replicas": set.pointer("/status/replicas").cloned().unwrap_or(serde_json::json!(0)),
+                   "selector": selector.join(",")},
+    })
+}
+
+/// `statefulsets/{name}/scale`: read, or change `spec.replicas` by a patch or replace of the
+/// Scale (admission sees an UPDATE of the `scale` subresource).
+async fn scale(
+    shared: &Arc<Shared>,
+    method: &Method,
+    address: &Address,
+    params: &Params,
+    headers: &HeaderMap,
+    dry_run: bool,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let resource = address.resource;
+    let namespace = address.namespace.as_deref().unwrap_or("");
+    let name = address.name.as_deref().unwrap_or("");
+    let current = shared
+        .store()
+        .get(resource, namespace, name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(resource, name))?;
+    let current_scale = scale_of(&current);
+    let wanted = match *method {
+        Method::GET => return Ok(json_response(StatusCode::OK, &current_scale)),
+        Method::PUT => registry::parse_object(body)?,
+        Method::PATCH => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = PatchKind::from_content_type(content_type)?;
+            if kind == PatchKind::Apply {
+                return Err(ApiError::unsupported_media_type(content_type));
+            }
+            registry::patched(resource, &current_scale, kind, body)?
+        }
+        _ => return Err(ApiError::method_not_allowed(method.as_str())),
+    };
+    let replicas = wanted
+        .pointer("/spec/replicas")
+        .cloned()
+        .unwrap_or(serde_json::json!(0));
+    let patch = serde_json::json!({"spec": {"replicas": replicas}});
+    let response = write(
+        shared,
+        address,
+        params,
+        headers,
+        dry_run,
+        WriteBody::Patch(PatchKind::Merge, patch.to_string().into_bytes()),
+    )
+    .await?;
+    let (parts, body) = response.into_parts();
+    let bytes = to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let written: Value =
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok((parts.status, axum::Json(scale_of(&written))).into_response())
+}
+
 /// A create, replace, patch or apply, through admission.
 async fn write(
     shared: &Arc<Shared>,
@@ -432,7 +544,8 @@ async fn write(
             dry_run,
         },
         field_manager: params.field_manager.as_deref(),
-        user: UserInfo::from_headers(headers),
+        field_validation: params.field_validation.as_deref(),
+        user: UserInfo::from_headers(headers, &shared.config()),
         body,
     };
     let written = admission::write(shared, &request).await?;

@@ -1,15 +1,17 @@
 //! `metadata.managedFields` as the apiserver's field manager keeps them
 //! (`k8s.io/apimachinery/pkg/util/managedfields/internal` on top of structured-merge-diff),
-//! without the OpenAPI schema: every JSON object is a map whose keys are fields, and every
-//! other value — lists included — is one leaf. That is exact for atomic lists such as
-//! `spec.volumeClaimTemplates` and coarser than the apiserver for associative lists
-//! (containers, ports: owned whole here, item by item there).
+//! with the part of the OpenAPI schema [`super::schema`] knows: associative lists (containers
+//! and volumes by name, conditions by type, webhooks by name, ...) are tracked item by item,
+//! atomic maps (label selectors, object references) and every other list are one leaf, and
+//! other maps are tracked key by key.
 //!
-//! - Field sets are paths of `f:<key>` elements, read from and written as `fieldsV1`
-//!   (`"."` marks a map that is itself a member besides some of its children).
-//! - [`compare`] is structured-merge-diff's `Compare`: leaves added, modified or removed,
-//!   and maps that appear or disappear (except the object's top-level fields, which the
-//!   apiserver's typed empty object already has).
+//! - Field sets are paths of `f:<key>`, `k:{<key fields>}` and `v:<value>` elements, read from
+//!   and written as `fieldsV1` (`"."` marks a map, list or list item that is itself a member
+//!   besides some of its children).
+//! - [`compare`] is structured-merge-diff's `Compare` on the typed objects: both sides carry
+//!   the type's zero value ([`super::schema::Schema::zero`]), so a value struct is never
+//!   added; leaves are added, modified or removed, and maps, lists and list items that appear
+//!   or disappear are members too; two empty (or null) maps or lists are one leaf.
 //! - [`update`] is `FieldManager.Update` for create, update, patch and status writes: the
 //!   managedFields a request sends replace the live ones when they are non-empty and decode
 //!   (`decodeLiveOrNew`; `[]` or one empty entry resets them), then every field the write
@@ -27,6 +29,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
+
+use super::schema::{ListType, Schema, item_element, with_zero};
 
 /// One path: `["f:spec", "f:volumeClaimTemplates"]`.
 pub type FieldPath = Vec<String>;
@@ -123,10 +127,22 @@ impl FieldSet {
         Value::Object(root)
     }
 
-    /// `.spec.volumeClaimTemplates`: a path as conflict messages print it.
+    /// `.spec.volumeClaimTemplates`, `.spec.template.spec.containers[name="main"].image`: a
+    /// path as conflict messages print it (`fieldpath.Path.String`).
     pub fn render(path: &[String]) -> String {
         path.iter()
-            .map(|e| format!(".{}", e.strip_prefix("f:").unwrap_or(e)))
+            .map(|e| {
+                if let Some(key) = e.strip_prefix("k:") {
+                    let fields: Map<String, Value> = serde_json::from_str(key).unwrap_or_default();
+                    let shown: Vec<String> =
+                        fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    format!("[{}]", shown.join(","))
+                } else if let Some(value) = e.strip_prefix("v:") {
+                    format!("[={value}]")
+                } else {
+                    format!(".{}", e.strip_prefix("f:").unwrap_or(e))
+                }
+            })
             .collect()
     }
 }
@@ -146,76 +162,187 @@ impl Comparison {
     }
 }
 
-/// Compares two tracked objects (see [`tracked`]).
-pub fn compare(old: &Value, new: &Value) -> Comparison {
+/// Compares two objects tracked as `tracking` says (see [`tracked`]), of the type `schema`
+/// describes.
+pub fn compare(schema: &Schema, tracking: Tracking, old: &Value, new: &Value) -> Comparison {
+    let mut zero = tracked(&schema.zero(), tracking);
+    // ObjectMeta is a value struct: there on both sides, even with nothing tracked in it.
+    if let Some(map) = zero.as_object_mut() {
+        map.entry("metadata").or_insert_with(|| json!({}));
+    }
+    let (old, new) = (with_zero(&zero, old), with_zero(&zero, new));
     let mut comparison = Comparison::default();
-    walk(&mut Vec::new(), Some(old), Some(new), &mut comparison);
+    let mut walker = Walker {
+        schema,
+        path: Vec::new(),
+        names: Vec::new(),
+        comparison: &mut comparison,
+    };
+    walker.walk(Some(&old), Some(&new));
     comparison
 }
 
-/// `Some(None)` for a missing value, `Some(Some(map))` for a map, `None` for a leaf.
-fn as_map(v: Option<&Value>) -> Option<Option<&Map<String, Value>>> {
-    match v {
-        None => Some(None),
-        Some(Value::Object(m)) => Some(Some(m)),
-        Some(_) => None,
-    }
+struct Walker<'a> {
+    schema: &'a Schema,
+    /// The field path so far.
+    path: FieldPath,
+    /// The schema path so far: field names, `*` for a list item.
+    names: Vec<String>,
+    comparison: &'a mut Comparison,
 }
 
-fn walk(path: &mut FieldPath, old: Option<&Value>, new: Option<&Value>, c: &mut Comparison) {
-    // A null is no value (the zero `creationTimestamp` of an embedded ObjectMeta).
-    let (old, new) = (old.filter(|v| !v.is_null()), new.filter(|v| !v.is_null()));
-    let empty = |m: Option<&Map<String, Value>>| m.is_none_or(Map::is_empty);
-    match (as_map(old), as_map(new)) {
-        // Two maps, not both empty: descend (structured-merge-diff's emptyPromoteToLeaf
-        // treats two empty maps as a leaf).
-        (Some(o), Some(n)) if !(empty(o) && empty(n)) => {
-            let keys: BTreeSet<&String> = o.iter().chain(n.iter()).flat_map(|m| m.keys()).collect();
-            for key in keys {
-                path.push(format!("f:{key}"));
-                walk(
-                    path,
-                    o.and_then(|m| m.get(key)),
-                    n.and_then(|m| m.get(key)),
-                    c,
-                );
-                path.pop();
+impl Walker<'_> {
+    fn names(&self) -> Vec<&str> {
+        self.names.iter().map(String::as_str).collect()
+    }
+
+    /// `doLeaf`: absent on one side is added or removed; a different value is modified.
+    fn leaf(&mut self, old: Option<&Value>, new: Option<&Value>) {
+        match (old, new) {
+            (None, Some(_)) => self.comparison.added.insert(self.path.clone()),
+            (Some(_), None) => self.comparison.removed.insert(self.path.clone()),
+            (Some(a), Some(b)) if a != b => self.comparison.modified.insert(self.path.clone()),
+            _ => {}
+        }
+    }
+
+    /// Compares one node; `None` is absent, `Some(null)` a null that is there.
+    fn walk(&mut self, old: Option<&Value>, new: Option<&Value>) {
+        let names = self.names();
+        let is_map = [old, new].iter().flatten().any(|v| v.is_object());
+        let is_list = [old, new].iter().flatten().any(|v| v.is_array());
+        let empty = |v: Option<&Value>| match v {
+            None | Some(Value::Null) => true,
+            Some(Value::Object(m)) => m.is_empty(),
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(_) => false,
+        };
+        let descended = if is_map && !self.schema.atomic_map(&names) {
+            if empty(old) && empty(new) {
+                // emptyPromoteToLeaf: two empty maps compare as one value.
+                self.leaf(old, new);
+                return;
             }
-            if path.len() > 1 {
-                if o.is_none() {
-                    c.added.insert(path.clone());
-                } else if n.is_none() {
-                    c.removed.insert(path.clone());
+            let (o, n) = (
+                old.and_then(Value::as_object),
+                new.and_then(Value::as_object),
+            );
+            let keys: std::collections::BTreeSet<&String> =
+                o.iter().chain(n.iter()).flat_map(|m| m.keys()).collect();
+            for key in keys {
+                self.path.push(format!("f:{key}"));
+                self.names.push(key.clone());
+                self.walk(o.and_then(|m| m.get(key)), n.and_then(|m| m.get(key)));
+                self.names.pop();
+                self.path.pop();
+            }
+            true
+        } else if let (true, list @ (ListType::Map(_) | ListType::Set)) =
+            (is_list, self.schema.list(&names))
+        {
+            if empty(old) && empty(new) {
+                self.leaf(old, new);
+                return;
+            }
+            let items = |v: Option<&Value>| -> Vec<(String, Value)> {
+                v.and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|item| Some((item_element(list, item)?, item.clone())))
+                    .collect()
+            };
+            let (o, n) = (items(old), items(new));
+            let mut elements: Vec<&String> = o.iter().chain(n.iter()).map(|(e, _)| e).collect();
+            elements.sort();
+            elements.dedup();
+            for element in elements {
+                let find = |side: &[(String, Value)]| {
+                    side.iter()
+                        .find(|(e, _)| e == element)
+                        .map(|(_, v)| v.clone())
+                };
+                let (a, b) = (find(&o), find(&n));
+                self.path.push(element.clone());
+                self.names.push("*".to_owned());
+                if list == ListType::Set {
+                    self.leaf(a.as_ref(), b.as_ref());
+                } else {
+                    self.walk(a.as_ref(), b.as_ref());
                 }
+                self.names.pop();
+                self.path.pop();
+            }
+            true
+        } else {
+            self.leaf(old, new);
+            false
+        };
+        // A map, list or item that is there on one side only is a member itself.
+        if descended && !self.path.is_empty() {
+            match (old, new) {
+                (None, Some(_)) => self.comparison.added.insert(self.path.clone()),
+                (Some(_), None) => self.comparison.removed.insert(self.path.clone()),
+                _ => {}
             }
         }
-        _ => match (old, new) {
-            (None, Some(_)) => c.added.insert(path.clone()),
-            (Some(_), None) => c.removed.insert(path.clone()),
-            (Some(a), Some(b)) if a != b => c.modified.insert(path.clone()),
-            _ => {}
-        },
     }
 }
 
-/// Every field an applied configuration sets (`ToFieldSet`): its leaves, lists whole, and
-/// empty maps.
-pub fn field_set(object: &Value) -> FieldSet {
-    fn collect(path: &mut FieldPath, value: &Value, set: &mut FieldSet) {
+/// Every field an applied configuration sets (structured-merge-diff's `ToFieldSet`): its
+/// leaves, atomic maps and lists whole, empty maps and nulls, and each item of an associative
+/// list or set.
+pub fn field_set(schema: &Schema, object: &Value) -> FieldSet {
+    fn collect(
+        schema: &Schema,
+        path: &mut FieldPath,
+        names: &mut Vec<String>,
+        value: &Value,
+        set: &mut FieldSet,
+    ) {
+        let names_now: Vec<&str> = names.iter().map(String::as_str).collect();
         match value {
-            Value::Object(map) if !map.is_empty() => {
+            Value::Object(map) if !map.is_empty() && !schema.atomic_map(&names_now) => {
                 for (key, child) in map {
                     path.push(format!("f:{key}"));
-                    collect(path, child, set);
+                    names.push(key.clone());
+                    collect(schema, path, names, child, set);
+                    names.pop();
                     path.pop();
                 }
             }
+            Value::Array(items) => match schema.list(&names_now) {
+                list @ (ListType::Map(_) | ListType::Set) => {
+                    for item in items {
+                        let Some(element) = item_element(list, item) else {
+                            continue;
+                        };
+                        path.push(element);
+                        set.insert(path.clone());
+                        if list != ListType::Set {
+                            names.push("*".to_owned());
+                            if let Value::Object(fields) = item {
+                                for (key, child) in fields {
+                                    path.push(format!("f:{key}"));
+                                    names.push(key.clone());
+                                    collect(schema, path, names, child, set);
+                                    names.pop();
+                                    path.pop();
+                                }
+                            }
+                            names.pop();
+                        }
+                        path.pop();
+                    }
+                }
+                ListType::Atomic if !path.is_empty() => set.insert(path.clone()),
+                ListType::Atomic => {}
+            },
             _ if !path.is_empty() => set.insert(path.clone()),
             _ => {}
         }
     }
     let mut set = FieldSet::default();
-    collect(&mut Vec::new(), object, &mut set);
+    collect(schema, &mut Vec::new(), &mut Vec::new(), object, &mut set);
     set
 }
 
@@ -228,6 +355,8 @@ pub enum Tracking {
     Main,
     /// The `status` subresource: all but `spec` (the status strategies reset only the spec).
     Status,
+    /// The `scale` subresource: as the main resource, its own entry.
+    Scale,
 }
 
 /// The part of `object` the field manager tracks.
@@ -240,7 +369,7 @@ pub fn tracked(object: &Value, tracking: Tracking) -> Value {
     map.remove("kind");
     match tracking {
         Tracking::Whole => {}
-        Tracking::Main => {
+        Tracking::Main | Tracking::Scale => {
             map.remove("status");
         }
         Tracking::Status => {
@@ -251,7 +380,6 @@ pub fn tracked(object: &Value, tracking: Tracking) -> Value {
         for server_owned in [
             "name",
             "namespace",
-            "generateName",
             "uid",
             "resourceVersion",
             "generation",
@@ -427,6 +555,7 @@ pub struct Writer<'a> {
     pub api_version: &'a str,
     pub tracking: Tracking,
     pub now: &'a str,
+    pub schema: Schema,
 }
 
 /// `FieldManager.Update`: sets `new`'s managedFields after a create (`live` is `None`),
@@ -446,12 +575,15 @@ pub fn update(live: Option<&Value>, new: &mut Value, writer: &Writer<'_>) {
     };
     let baseline = json!({});
     let comparison = compare(
+        &writer.schema,
+        writer.tracking,
         &tracked(live.unwrap_or(&baseline), writer.tracking),
         &tracked(new, writer.tracking),
     );
     let changed = comparison.changed();
     let subresource = match writer.tracking {
         Tracking::Status => "status",
+        Tracking::Scale => "scale",
         _ => "",
     };
     let mine = Entry {
@@ -532,6 +664,8 @@ pub fn apply(
     }
     let baseline = json!({});
     let comparison = compare(
+        &writer.schema,
+        writer.tracking,
         &tracked(live.unwrap_or(&baseline), writer.tracking),
         &tracked(merged, writer.tracking),
     );
@@ -565,21 +699,47 @@ pub fn apply(
     Ok(())
 }
 
-/// Removes the field at `path` (`f:` elements) from `object`, if there.
+/// Whether a list item is the one a `k:` or `v:` path element names.
+fn item_matches(element: &str, item: &Value) -> bool {
+    if let Some(key) = element.strip_prefix("k:") {
+        let fields: Map<String, Value> = serde_json::from_str(key).unwrap_or_default();
+        !fields.is_empty() && fields.iter().all(|(k, v)| item.get(k) == Some(v))
+    } else if let Some(value) = element.strip_prefix("v:") {
+        serde_json::from_str::<Value>(value).is_ok_and(|v| &v == item)
+    } else {
+        false
+    }
+}
+
+/// Removes the field or list item at `path` from `object`, if there.
 fn remove_path(object: &mut Value, path: &[String]) {
     let Some((last, parents)) = path.split_last() else {
         return;
     };
     let mut node = object;
     for element in parents {
-        let key = element.strip_prefix("f:").unwrap_or(element);
-        match node.get_mut(key) {
+        let next = match element.strip_prefix("f:") {
+            Some(key) => node.get_mut(key),
+            None => node
+                .as_array_mut()
+                .and_then(|items| items.iter_mut().find(|i| item_matches(element, i))),
+        };
+        match next {
             Some(child) => node = child,
             None => return,
         }
     }
-    if let Some(map) = node.as_object_mut() {
-        map.remove(last.strip_prefix("f:").unwrap_or(last));
+    match last.strip_prefix("f:") {
+        Some(key) => {
+            if let Some(map) = node.as_object_mut() {
+                map.remove(key);
+            }
+        }
+        None => {
+            if let Some(items) = node.as_array_mut() {
+                items.retain(|i| !item_matches(last, i));
+            }
+        }
     }
 }
 

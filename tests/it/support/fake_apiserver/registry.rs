@@ -10,15 +10,19 @@ use super::FakeApiConfig;
 use super::errors::{ApiError, FieldError};
 use super::managed_fields;
 use super::resources::{self, ResourceType};
+use super::schema::Schema;
 use super::store::{Store, meta_str, metadata_mut, namespace_and_name, set_meta};
 use super::strategic;
-use super::validation::{self, PvcUpdateRules};
+use super::validation;
 
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
     Main,
     Status,
+    /// `statefulsets/scale`: `spec.replicas` through an autoscaling/v1 Scale, written as an
+    /// update of the main resource.
+    Scale,
 }
 
 /// The patch flavours the fake server understands.
@@ -168,7 +172,7 @@ pub fn prepare_create(
     ] {
         meta.remove(server_owned);
     }
-    if let Some(status) = initial_status(resource) {
+    if let Some(status) = initial_status(config, resource) {
         object["status"] = status;
     }
     apply_defaults(config, resource, None, &mut object);
@@ -181,24 +185,93 @@ pub fn prepare_create(
             api_version: &resource.api_version(),
             tracking: tracking(resource, Target::Main),
             now: &now,
+            schema: Schema::new(resource, config),
         },
     );
-    // StorageObjectInUseProtection, a built-in admission plugin: after the field manager,
-    // so the finalizer is nobody's.
-    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
-        let mut list = finalizers(&object);
-        if !list.iter().any(|f| f == PVC_PROTECTION_FINALIZER) {
-            list.push(PVC_PROTECTION_FINALIZER.to_owned());
-            set_meta(&mut object, "finalizers", json!(list));
+    admit_create(store, config, resource, &mut object);
+    Ok(object)
+}
+
+/// The built-in mutating admission plugins a new object meets, after the field manager (what
+/// they set is nobody's) and before the mutating webhooks.
+fn admit_create(
+    store: &Store,
+    config: &FakeApiConfig,
+    resource: &ResourceType,
+    object: &mut Value,
+) {
+    // StorageObjectInUseProtection: claims, volumes and (v1.35+) VolumeAttributesClasses.
+    let protection = if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
+        Some(PVC_PROTECTION_FINALIZER)
+    } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUMES) {
+        Some(PV_PROTECTION_FINALIZER)
+    } else if resource.plural == "volumeattributesclasses"
+        && config.volume_attributes_class_protection
+    {
+        Some(VAC_PROTECTION_FINALIZER)
+    } else {
+        None
+    };
+    if let Some(finalizer) = protection {
+        let mut list = finalizers(object);
+        if !list.iter().any(|f| f == finalizer) {
+            list.push(finalizer.to_owned());
+            set_meta(object, "finalizers", json!(list));
         }
     }
-    Ok(object)
+    // DefaultStorageClass: a claim with no class (not `""`) and no beta annotation gets the
+    // default class, the newest if several (plugin/pkg/admission/storage/storageclass/setdefault).
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
+        && object
+            .pointer("/spec/storageClassName")
+            .is_none_or(Value::is_null)
+        && object
+            .pointer(&format!(
+                "/metadata/annotations/{}",
+                "volume.beta.kubernetes.io~1storage-class"
+            ))
+            .is_none()
+        && let Some(class) = default_storage_class(store)
+        && let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.insert("storageClassName".into(), json!(class));
+    }
+    if std::ptr::eq(resource, &resources::PODS) {
+        validation::admit_pod(object);
+    }
+}
+
+/// The name of the default StorageClass (`storageclass.kubernetes.io/is-default-class` or its
+/// beta form `"true"`), the newest if several.
+pub fn default_storage_class(store: &Store) -> Option<String> {
+    let is_default = |class: &&Value| {
+        [
+            "storageclass.kubernetes.io~1is-default-class",
+            "storageclass.beta.kubernetes.io~1is-default-class",
+        ]
+        .iter()
+        .any(|a| class.pointer(&format!("/metadata/annotations/{a}")) == Some(&json!("true")))
+    };
+    store
+        .list(&resources::STORAGE_CLASSES, None)
+        .filter(is_default)
+        .max_by(|a, b| {
+            let created = |o: &Value| {
+                o.pointer("/metadata/creationTimestamp")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            created(a).cmp(&created(b))
+        })
+        .and_then(|class| meta_str(class, "name").map(str::to_owned))
 }
 
 /// After mutating admission: identity and built-in validation; what validating admission
 /// sees.
 pub fn complete_create(
     store: &mut Store,
+    config: &FakeApiConfig,
     resource: &'static ResourceType,
     mut object: Value,
 ) -> Result<Value, ApiError> {
@@ -206,10 +279,15 @@ pub fn complete_create(
     let meta = metadata_mut(&mut object);
     meta.insert("uid".into(), json!(uid));
     meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
-    if resource.tracks_generation {
+    if tracks_generation(config, resource) {
         meta.insert("generation".into(), json!(1));
     }
-    let errors = validate_create(resource, &object);
+    // The claim strategy's PrepareForCreate empties the status; validating admission sees
+    // it so, and `Pending` is the v1 default the stored claim is read with.
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
+        object["status"] = json!({});
+    }
+    let errors = validate_create(config, resource, &object);
     if !errors.is_empty() {
         let (_, name) = namespace_and_name(&object);
         return Err(ApiError::invalid(resource, &name, &errors));
@@ -221,9 +299,14 @@ pub fn complete_create(
 pub fn commit_create(
     store: &mut Store,
     resource: &'static ResourceType,
-    object: Value,
+    mut object: Value,
     dry_run: bool,
 ) -> Result<Value, ApiError> {
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
+        && object.pointer("/status/phase").is_none()
+    {
+        object["status"] = json!({"phase": "Pending"});
+    }
     let (ns, name) = namespace_and_name(&object);
     if store.get(resource, &ns, &name).is_some() {
         return Err(ApiError::already_exists(resource, &name));
@@ -234,10 +317,28 @@ pub fn commit_create(
     Ok(store.commit_upsert(resource, object))
 }
 
+/// Whether `metadata.generation` counts changes of everything but metadata and status: the
+/// types that track it, and pods from v1.35.
+pub fn tracks_generation(config: &FakeApiConfig, resource: &ResourceType) -> bool {
+    resource.tracks_generation || std::ptr::eq(resource, &resources::PODS) && config.pod_generation
+}
+
+/// What a new generation counts: the object without metadata and status.
+fn generation_part(object: &Value) -> Value {
+    let mut part = object.clone();
+    if let Some(map) = part.as_object_mut() {
+        for key in ["metadata", "status", "apiVersion", "kind"] {
+            map.remove(key);
+        }
+    }
+    part
+}
+
 /// How the field manager tracks a write to `target` of `resource`.
 pub fn tracking(resource: &ResourceType, target: Target) -> managed_fields::Tracking {
     match target {
         Target::Status => managed_fields::Tracking::Status,
+        Target::Scale => managed_fields::Tracking::Scale,
         Target::Main if resource.status_subresource => managed_fields::Tracking::Main,
         Target::Main => managed_fields::Tracking::Whole,
     }
@@ -323,6 +424,7 @@ pub fn prepare_update(
             api_version: &resource.api_version(),
             tracking: tracking(resource, request.target),
             now: &now,
+            schema: Schema::new(resource, config),
         },
     );
     Ok(updated)
@@ -410,7 +512,7 @@ pub fn strategy_update(
             }
             updated
         }
-        Target::Main => {
+        Target::Main | Target::Scale => {
             keep_server_owned_metadata(current, &mut new);
             // The main resource ignores `.status` where a status subresource exists.
             if resource.status_subresource {
@@ -451,18 +553,22 @@ fn keep_server_owned_metadata(current: &Value, new: &mut Value) {
 /// After mutating admission: built-in validation and generation; what validating
 /// admission sees.
 pub fn complete_update(
+    store: &Store,
     config: &FakeApiConfig,
     request: &Update<'_>,
     current: &Value,
     mut updated: Value,
 ) -> Result<Value, ApiError> {
     let resource = request.resource;
-    if request.target == Target::Main {
+    if request.target != Target::Status {
         let errors = validate_update(config, resource, current, &updated);
         if !errors.is_empty() {
             return Err(ApiError::invalid(resource, request.name, &errors));
         }
-        if resource.tracks_generation && current.get("spec") != updated.get("spec") {
+        admit_update(store, config, resource, current, &updated)?;
+        if tracks_generation(config, resource)
+            && generation_part(current) != generation_part(&updated)
+        {
             let generation = current
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -470,8 +576,80 @@ pub fn complete_update(
             set_meta(&mut updated, "generation", json!(generation + 1));
         }
     }
+    // The volume status strategy records when the phase last changed (v1.29+).
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUMES)
+        && config.volume_last_phase_transition_time
+        && current.pointer("/status/phase") != updated.pointer("/status/phase")
+        && let Some(status) = updated.get_mut("status").and_then(Value::as_object_mut)
+    {
+        status.insert("lastPhaseTransitionTime".into(), json!(now_rfc3339()));
+    }
     managed_fields::ignore_time_only_changes(current, &mut updated);
     Ok(updated)
+}
+
+/// The built-in validating admission plugins an update meets after the registry's validation:
+/// `PersistentVolumeClaimResize` (plugin/pkg/admission/storage/persistentvolume/resize) lets a
+/// claim's request grow only while it is bound and its class allows expansion.
+fn admit_update(
+    store: &Store,
+    config: &FakeApiConfig,
+    resource: &'static ResourceType,
+    old: &Value,
+    new: &Value,
+) -> Result<(), ApiError> {
+    if !std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
+        || !config.claim_resize_admission
+    {
+        return Ok(());
+    }
+    let size = |v: &Value| {
+        v.pointer("/spec/resources/requests/storage")
+            .and_then(Value::as_str)
+            .and_then(validation::parse_quantity)
+    };
+    let (Some(old_size), Some(new_size)) = (size(old), size(new)) else {
+        return Ok(());
+    };
+    if new_size <= old_size {
+        return Ok(());
+    }
+    let name = meta_str(new, "name").unwrap_or("");
+    if old.pointer("/status/phase").and_then(Value::as_str) != Some("Bound") {
+        return Err(ApiError::forbidden(
+            resource,
+            name,
+            "Only bound persistent volume claims can be expanded",
+        ));
+    }
+    let class = |v: &Value| {
+        v.pointer("/spec/storageClassName")
+            .and_then(Value::as_str)
+            .or_else(|| {
+                v.pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+                    .and_then(Value::as_str)
+            })
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (old_class, new_class) = (class(old), class(new));
+    let expandable = !new_class.is_empty()
+        && old_class == new_class
+        && store
+            .get(&resources::STORAGE_CLASSES, "", &new_class)
+            .and_then(|c| c.get("allowVolumeExpansion"))
+            .and_then(Value::as_bool)
+            == Some(true);
+    if expandable {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(
+            resource,
+            name,
+            "only dynamically provisioned pvc can be resized and the storageclass that provisions \
+             the pvc must support resize",
+        ))
+    }
 }
 
 /// Stores an updated object; an update that changes nothing is not written (no new
@@ -601,6 +779,12 @@ pub fn delete(
 /// The finalizer the StorageObjectInUseProtection admission plugin puts on every new claim.
 pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
 
+/// ... on every new PersistentVolume.
+pub const PV_PROTECTION_FINALIZER: &str = "kubernetes.io/pv-protection";
+
+/// ... on every new VolumeAttributesClass (v1.35+).
+pub const VAC_PROTECTION_FINALIZER: &str = "kubernetes.io/vac-protection";
+
 /// The claims a pod's volumes name.
 fn claims_of(pod: &Value) -> Vec<String> {
     pod.pointer("/spec/volumes")
@@ -703,6 +887,7 @@ fn orphan_dependents(store: &mut Store, owner: &Value) {
         let Some(resource) = resource_of(&dependent) else {
             continue;
         };
+        let before = dependent.clone();
         let meta = metadata_mut(&mut dependent);
         let kept: Vec<Value> = meta
             .get("ownerReferences")
@@ -719,6 +904,20 @@ fn orphan_dependents(store: &mut Store, owner: &Value) {
         } else {
             meta.insert("ownerReferences".into(), json!(kept));
         }
+        // The garbage collector's patch only removes: the references leave every entry, and
+        // the collector (kube-controller-manager) gets none.
+        let now = now_rfc3339();
+        managed_fields::update(
+            Some(&before),
+            &mut dependent,
+            &managed_fields::Writer {
+                manager: "kube-controller-manager",
+                api_version: &resource.api_version(),
+                tracking: tracking(resource, Target::Main),
+                now: &now,
+                schema: Schema::of(resource),
+            },
+        );
         store.commit_upsert(resource, dependent);
     }
 }
@@ -801,8 +1000,14 @@ fn check_type(object: &mut Value, resource: &ResourceType) -> Result<(), ApiErro
 }
 
 /// The status a registry sets on create, whatever the client sent.
-fn initial_status(resource: &ResourceType) -> Option<Value> {
-    if std::ptr::eq(resource, &resources::STATEFULSETS) {
+fn initial_status(config: &FakeApiConfig, resource: &ResourceType) -> Option<Value> {
+    if std::ptr::eq(resource, &resources::PERSISTENT_VOLUMES) {
+        Some(if config.volume_last_phase_transition_time {
+            json!({"phase": "Pending", "lastPhaseTransitionTime": now_rfc3339()})
+        } else {
+            json!({"phase": "Pending"})
+        })
+    } else if std::ptr::eq(resource, &resources::STATEFULSETS) {
         Some(json!({"replicas": 0, "availableReplicas": 0}))
     } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
         || std::ptr::eq(resource, &resources::PODS)
@@ -815,20 +1020,44 @@ fn initial_status(resource: &ResourceType) -> Option<Value> {
     }
 }
 
+/// Fields the configured version's types lack, dropped as decoding drops unknown fields (the
+/// default field validation warns and goes on).
+pub fn drop_unknown_fields(config: &FakeApiConfig, resource: &ResourceType, object: &mut Value) {
+    if std::ptr::eq(resource, &resources::STATEFULSETS) {
+        validation::drop_unknown_statefulset_fields(object, config);
+    } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS)
+        && !config.claim_volume_attributes_class_in_types
+    {
+        validation::drop_volume_attributes_class(object);
+    }
+}
+
 /// Defaulting, as the apiserver does while decoding a request (before the field manager and
 /// admission see it).
 pub fn apply_defaults(
-    _config: &FakeApiConfig,
+    config: &FakeApiConfig,
     resource: &ResourceType,
     _old: Option<&Value>,
     object: &mut Value,
 ) {
     if std::ptr::eq(resource, &resources::STATEFULSETS) {
-        validation::default_statefulset(object);
+        validation::default_statefulset(object, config);
     } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
-        validation::default_pvc(object);
+        validation::default_pvc(object, config);
+    } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUMES) {
+        validation::default_pv(object);
+    } else if std::ptr::eq(resource, &resources::STORAGE_CLASSES) {
+        validation::default_storage_class(object);
+    } else if std::ptr::eq(resource, &resources::NAMESPACES) {
+        validation::default_namespace(object);
+    } else if std::ptr::eq(resource, &resources::PODS) {
+        validation::default_pod(object);
     } else if std::ptr::eq(resource, &resources::SECRETS) {
         validation::default_secret(object);
+    } else if std::ptr::eq(resource, &resources::MUTATING_WEBHOOK_CONFIGURATIONS) {
+        validation::default_webhooks(object, true);
+    } else if std::ptr::eq(resource, &resources::VALIDATING_WEBHOOK_CONFIGURATIONS) {
+        validation::default_webhooks(object, false);
     }
 }
 
@@ -855,12 +1084,29 @@ pub fn drop_disabled_fields(
     {
         validation::drop_volume_attributes_class(object);
     }
+    // `StatefulSetAutoDeletePVC` off (v1.24): the retention policy goes unless in use.
+    if std::ptr::eq(resource, &resources::STATEFULSETS)
+        && !config.statefulset_retention_policy
+        && !old.is_some_and(|o| {
+            o.pointer("/spec/persistentVolumeClaimRetentionPolicy")
+                .is_some_and(|p| !p.is_null())
+        })
+        && let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.remove("persistentVolumeClaimRetentionPolicy");
+    }
 }
 
 /// Validation of a new object, where the fake models it.
-fn validate_create(resource: &ResourceType, object: &Value) -> Vec<FieldError> {
+fn validate_create(
+    config: &FakeApiConfig,
+    resource: &ResourceType,
+    object: &Value,
+) -> Vec<FieldError> {
     if std::ptr::eq(resource, &resources::SECRETS) {
         validation::validate_secret(object)
+    } else if std::ptr::eq(resource, &resources::STATEFULSETS) {
+        validation::validate_statefulset(object, config)
     } else {
         Vec::new()
     }
@@ -873,12 +1119,9 @@ fn validate_update(
     new: &Value,
 ) -> Vec<FieldError> {
     if std::ptr::eq(resource, &resources::STATEFULSETS) {
-        validation::validate_statefulset_update(old, new)
+        validation::validate_statefulset_update(old, new, config)
     } else if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
-        let rules = PvcUpdateRules {
-            retroactive_default_class_allowed: config.retroactive_default_class_allowed,
-        };
-        validation::validate_pvc_update(old, new, &rules)
+        validation::validate_pvc_update(old, new, config)
     } else if std::ptr::eq(resource, &resources::SECRETS) {
         validation::validate_secret_update(old, new)
     } else {

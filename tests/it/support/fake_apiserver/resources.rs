@@ -13,7 +13,8 @@ pub struct ResourceType {
     /// Whether `/status` is a separate subresource, so that writes to the main resource
     /// keep the stored `.status` (as the real registries do).
     pub status_subresource: bool,
-    /// Whether `metadata.generation` counts `.spec` changes.
+    /// Whether `metadata.generation` counts changes of anything but metadata and status (the
+    /// spec; a webhook configuration's `webhooks`).
     pub tracks_generation: bool,
     /// Field selector labels beyond `metadata.name`/`metadata.namespace`, with the JSON
     /// pointer each reads; the real apiserver rejects any other label.
@@ -221,7 +222,7 @@ pub static MUTATING_WEBHOOK_CONFIGURATIONS: ResourceType = ResourceType {
     kind: "MutatingWebhookConfiguration",
     namespaced: false,
     status_subresource: false,
-    tracks_generation: false,
+    tracks_generation: true,
     field_labels: &[],
 };
 
@@ -232,7 +233,7 @@ pub static VALIDATING_WEBHOOK_CONFIGURATIONS: ResourceType = ResourceType {
     kind: "ValidatingWebhookConfiguration",
     namespaced: false,
     status_subresource: false,
-    tracks_generation: false,
+    tracks_generation: true,
     field_labels: &[],
 };
 
@@ -248,8 +249,37 @@ pub static DEPLOYMENTS: ResourceType = ResourceType {
     field_labels: &[],
 };
 
+pub static PERSISTENT_VOLUMES: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "persistentvolumes",
+    kind: "PersistentVolume",
+    namespaced: false,
+    status_subresource: true,
+    tracks_generation: false,
+    field_labels: &[],
+};
+
+/// Served where the configuration says (`FakeApiConfig::volume_attributes_class_api`): GA.
+pub static VOLUME_ATTRIBUTES_CLASSES: ResourceType = ResourceType {
+    group: "storage.k8s.io",
+    version: "v1",
+    plural: "volumeattributesclasses",
+    kind: "VolumeAttributesClass",
+    namespaced: false,
+    status_subresource: false,
+    tracks_generation: false,
+    field_labels: &[],
+};
+
+/// The same in beta (v1.31 to v1.33 with the gate on and the version enabled).
+pub static VOLUME_ATTRIBUTES_CLASSES_V1BETA1: ResourceType = ResourceType {
+    version: "v1beta1",
+    ..VOLUME_ATTRIBUTES_CLASSES
+};
+
 /// Every served type.
-pub static ALL: [&ResourceType; 13] = [
+pub static ALL: [&ResourceType; 16] = [
     &STATEFULSETS,
     &DEPLOYMENTS,
     &PERSISTENT_VOLUME_CLAIMS,
@@ -263,4 +293,7 @@ pub static ALL: [&ResourceType; 13] = [
     &SECRETS,
     &MUTATING_WEBHOOK_CONFIGURATIONS,
     &VALIDATING_WEBHOOK_CONFIGURATIONS,
+    &PERSISTENT_VOLUMES,
+    &VOLUME_ATTRIBUTES_CLASSES,
+    &VOLUME_ATTRIBUTES_CLASSES_V1BETA1,
 ];

@@ -4,13 +4,31 @@
 use serde_json::{Value, json};
 
 use super::errors::FieldError;
+use super::{FakeApiConfig, ValueWording};
 
 /// The apiserver's message when a StatefulSet update touches an immutable spec field.
 pub const STATEFULSET_SPEC_FORBIDDEN: &str = "updates to statefulset spec for fields other than 'replicas', 'ordinals', \
      'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden";
 
-/// The apiserver's message when a PVC update touches an immutable spec field.
+/// The apiserver's message when a PVC update touches an immutable spec field (v1.29+, with
+/// `volumeAttributesClassName` in the types).
 pub const PVC_SPEC_FORBIDDEN: &str = "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims";
+
+/// The same before v1.29.
+pub const PVC_SPEC_FORBIDDEN_V1_24: &str =
+    "spec is immutable after creation except resources.requests for bound claims";
+
+/// The message of a StatefulSet update that changes other fields than `mutable`, joined as
+/// `pkg/apis/apps/validation.ValidateStatefulSetUpdate` words it.
+pub fn statefulset_spec_forbidden(mutable: &[&str]) -> String {
+    let quoted: Vec<String> = mutable.iter().map(|f| format!("'{f}'")).collect();
+    let listed = match quoted.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    format!("updates to statefulset spec for fields other than {listed} are forbidden")
+}
 
 /// The annotation older clients use instead of `spec.storageClassName`.
 const BETA_STORAGE_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
@@ -37,9 +55,48 @@ pub fn validate_name(name: &str) -> Vec<FieldError> {
     )]
 }
 
+/// An embedded ObjectMeta's zero `creationTimestamp`: printed as `null` up to v1.34, left out
+/// after (`metav1.Time` became `omitzero`).
+fn zero_creation_timestamp(meta: &mut serde_json::Map<String, Value>, null: bool) {
+    if null {
+        meta.entry("creationTimestamp").or_insert(Value::Null);
+    } else if meta.get("creationTimestamp").is_some_and(Value::is_null) {
+        meta.remove("creationTimestamp");
+    }
+}
+
+/// Fields the StatefulSet types of the configured version do not have: what a write sends
+/// there is lost in decoding, before the field manager sees it.
+pub fn drop_unknown_statefulset_fields(object: &mut Value, config: &FakeApiConfig) {
+    if !config.statefulset_max_unavailable_in_types {
+        drop_max_unavailable(object);
+    }
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    // KEP-4650's field, in no captured version (the synthetic switch has it); the other name
+    // its drafts used is in none.
+    if !config.native_template_edits {
+        spec.remove("volumeClaimUpdatePolicy");
+    }
+    spec.remove("volumeClaimUpdateStrategy");
+    if !config.claim_volume_attributes_class_in_types {
+        for template in spec
+            .get_mut("volumeClaimTemplates")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            drop_volume_attributes_class(template);
+        }
+    }
+}
+
 /// Fields the apiserver fills in when a StatefulSet is written (`SetDefaults_StatefulSet`),
-/// including the defaulted claim templates the captured requests show.
-pub fn default_statefulset(object: &mut Value) {
+/// including the defaulted claim templates the captured requests show, as the configured
+/// version does.
+pub fn default_statefulset(object: &mut Value, config: &FakeApiConfig) {
+    drop_unknown_statefulset_fields(object, config);
     let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
@@ -47,8 +104,10 @@ pub fn default_statefulset(object: &mut Value) {
     spec.entry("podManagementPolicy")
         .or_insert(json!("OrderedReady"));
     spec.entry("revisionHistoryLimit").or_insert(json!(10));
-    spec.entry("persistentVolumeClaimRetentionPolicy")
-        .or_insert(json!({"whenDeleted": "Retain", "whenScaled": "Retain"}));
+    if config.statefulset_retention_policy {
+        spec.entry("persistentVolumeClaimRetentionPolicy")
+            .or_insert(json!({"whenDeleted": "Retain", "whenScaled": "Retain"}));
+    }
     // Only an empty type gets a `rollingUpdate` block; `{type: RollingUpdate}` keeps it nil,
     // which changes how the StatefulSet controller re-creates pods (`newVersionedStatefulSetPod`).
     let strategy = spec.entry("updateStrategy").or_insert(json!({}));
@@ -65,13 +124,16 @@ pub fn default_statefulset(object: &mut Value) {
                 .and_then(Value::as_object_mut)
         {
             rolling.entry("partition").or_insert(json!(0));
+            // With MaxUnavailableStatefulSet on, SetDefaults_StatefulSet gives 1.
+            if config.max_unavailable_default_one {
+                rolling.entry("maxUnavailable").or_insert(json!(1));
+            }
         }
     }
     if let Some(template) = spec.get_mut("template").and_then(Value::as_object_mut) {
-        // The zero creationTimestamp of an embedded ObjectMeta prints as null.
         let meta = template.entry("metadata").or_insert(json!({}));
         if let Some(meta) = meta.as_object_mut() {
-            meta.entry("creationTimestamp").or_insert(Value::Null);
+            zero_creation_timestamp(meta, config.zero_creation_timestamp_null);
         }
         if let Some(pod) = template.get_mut("spec").and_then(Value::as_object_mut) {
             default_pod_spec(pod);
@@ -84,7 +146,7 @@ pub fn default_statefulset(object: &mut Value) {
         for template in templates.iter_mut().filter_map(Value::as_object_mut) {
             let meta = template.entry("metadata").or_insert(json!({}));
             if let Some(meta) = meta.as_object_mut() {
-                meta.entry("creationTimestamp").or_insert(Value::Null);
+                zero_creation_timestamp(meta, config.zero_creation_timestamp_null);
             }
             template.entry("apiVersion").or_insert(json!("v1"));
             template
@@ -186,10 +248,137 @@ pub fn drop_volume_attributes_class(object: &mut Value) {
     }
 }
 
-/// `spec.volumeMode` defaults to `Filesystem` (`SetDefaults_PersistentVolumeClaimSpec`).
-pub fn default_pvc(object: &mut Value) {
+/// `spec.volumeMode` defaults to `Filesystem` (`SetDefaults_PersistentVolumeClaimSpec`); a
+/// `volumeAttributesClassName` the types lack is lost in decoding.
+pub fn default_pvc(object: &mut Value, config: &FakeApiConfig) {
+    if !config.claim_volume_attributes_class_in_types {
+        drop_volume_attributes_class(object);
+    }
     if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
         spec.entry("volumeMode").or_insert(json!("Filesystem"));
+    }
+}
+
+/// `SetDefaults_PersistentVolume` and its volume sources: `Filesystem`, `Retain`, a host
+/// path's empty type.
+pub fn default_pv(object: &mut Value) {
+    if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.entry("volumeMode").or_insert(json!("Filesystem"));
+        spec.entry("persistentVolumeReclaimPolicy")
+            .or_insert(json!("Retain"));
+        if let Some(host) = spec.get_mut("hostPath").and_then(Value::as_object_mut) {
+            host.entry("type").or_insert(json!(""));
+        }
+    }
+}
+
+/// `SetDefaults_StorageClass`: `Delete`, `Immediate`.
+pub fn default_storage_class(object: &mut Value) {
+    if let Some(class) = object.as_object_mut() {
+        class.entry("reclaimPolicy").or_insert(json!("Delete"));
+        class
+            .entry("volumeBindingMode")
+            .or_insert(json!("Immediate"));
+    }
+}
+
+/// `SetDefaults_Namespace`: the `kubernetes.io/metadata.name` label (v1.22+).
+pub fn default_namespace(object: &mut Value) {
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    if name.is_empty() {
+        return;
+    }
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        let labels = meta.entry("labels").or_insert(json!({}));
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+        }
+    }
+}
+
+/// `SetDefaults_Pod`: a pod's spec as a template's, and `enableServiceLinks`.
+pub fn default_pod(object: &mut Value) {
+    if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+        default_pod_spec(spec);
+        spec.entry("enableServiceLinks").or_insert(json!(true));
+    }
+}
+
+/// The admission plugins a new pod meets after the field manager: `DefaultTolerationSeconds`
+/// (300 s for not-ready and unreachable nodes), `Priority` (no class: 0, and its preemption
+/// policy), and the registry's `status.qosClass`.
+pub fn admit_pod(object: &mut Value) {
+    if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+        let tolerations = spec.entry("tolerations").or_insert(json!([]));
+        if let Some(list) = tolerations.as_array_mut() {
+            for key in [
+                "node.kubernetes.io/not-ready",
+                "node.kubernetes.io/unreachable",
+            ] {
+                let tolerated = list.iter().any(|t| {
+                    t.get("key").and_then(Value::as_str) == Some(key)
+                        || (t.get("operator") == Some(&json!("Exists")) && t.get("key").is_none())
+                });
+                if !tolerated {
+                    list.push(
+                        json!({"key": key, "operator": "Exists", "effect": "NoExecute",
+                                     "tolerationSeconds": 300}),
+                    );
+                }
+            }
+        }
+        if spec.get("priorityClassName").is_none_or(|c| c == "") {
+            spec.entry("priority").or_insert(json!(0));
+        }
+        spec.entry("preemptionPolicy")
+            .or_insert(json!("PreemptLowerPriority"));
+    }
+    let qos = qos_class(object);
+    let status = object
+        .as_object_mut()
+        .map(|o| o.entry("status").or_insert(json!({})));
+    if let Some(Value::Object(status)) = status {
+        status.insert("qosClass".into(), json!(qos));
+    }
+}
+
+/// `GetPodQOS`: no requests or limits anywhere → BestEffort; every container's requests
+/// equal to limits for cpu and memory → Guaranteed; Burstable otherwise.
+fn qos_class(pod: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .flat_map(|list| {
+            pod.pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array)
+        })
+        .flatten()
+        .collect();
+    let set = |c: &Value, what: &str| {
+        c.pointer(&format!("/resources/{what}"))
+            .and_then(Value::as_object)
+            .is_some_and(|m| !m.is_empty())
+    };
+    if containers
+        .iter()
+        .all(|c| !set(c, "requests") && !set(c, "limits"))
+    {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|r| {
+            let limit = c.pointer(&format!("/resources/limits/{r}"));
+            let request = c.pointer(&format!("/resources/requests/{r}")).or(limit);
+            limit.is_some() && request == limit
+        })
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
     }
 }
 
@@ -211,52 +400,148 @@ pub fn drop_max_unavailable(object: &mut Value) {
     }
 }
 
-/// `ValidateStatefulSetUpdate`: only some spec fields may change.
-pub fn validate_statefulset_update(old: &Value, new: &Value) -> Vec<FieldError> {
-    const MUTABLE: [&str; 6] = [
-        "replicas",
-        "ordinals",
-        "template",
-        "updateStrategy",
-        "persistentVolumeClaimRetentionPolicy",
-        "minReadySeconds",
-    ];
+/// An `intstr.IntOrString` in a validation message.
+fn render_int_or_string(value: &Value, wording: ValueWording) -> String {
+    match (wording, value) {
+        (ValueWording::GoStruct, Value::String(text)) => {
+            format!("intstr.IntOrString{{Type:1, IntVal:0, StrVal:{text:?}}}")
+        }
+        (ValueWording::GoStruct, other) => format!(
+            "intstr.IntOrString{{Type:0, IntVal:{}, StrVal:\"\"}}",
+            other.as_i64().unwrap_or(0)
+        ),
+        (ValueWording::Json, other) => other.to_string(),
+    }
+}
+
+/// `validation.IsValidPercent`.
+fn percent(text: &str) -> Option<i64> {
+    let digits = text.strip_suffix('%')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// `ValidateStatefulSetSpec`, the part the fake models: `rollingUpdate.maxUnavailable`
+/// (`validateRollingUpdateStatefulSet`: `ValidatePositiveIntOrPercent`, not 0, not over 100%)
+/// where the configured version validates it.
+pub fn validate_statefulset(object: &Value, config: &FakeApiConfig) -> Vec<FieldError> {
+    let Some(wording) = config.max_unavailable_validation else {
+        return Vec::new();
+    };
+    let Some(value) = object
+        .pointer("/spec/updateStrategy/rollingUpdate/maxUnavailable")
+        .filter(|v| !v.is_null())
+    else {
+        return Vec::new();
+    };
+    let path = "spec.updateStrategy.rollingUpdate.maxUnavailable";
+    let shown = render_int_or_string(value, wording);
+    let mut errors = Vec::new();
+    let number = match value {
+        Value::String(text) => match percent(text) {
+            Some(p) => p,
+            None => {
+                errors.push(FieldError::invalid_raw(
+                    path,
+                    &shown,
+                    "a valid percent string must be a numeric string followed by an ending '%' \
+                     (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
+                ));
+                text.parse().unwrap_or(0)
+            }
+        },
+        other => {
+            let n = other.as_i64().unwrap_or(0);
+            if n < 0 {
+                errors.push(FieldError::invalid_raw(
+                    path,
+                    &n.to_string(),
+                    "must be greater than or equal to 0",
+                ));
+            }
+            n
+        }
+    };
+    if number == 0 {
+        errors.push(FieldError::invalid_raw(path, &shown, "cannot be 0"));
+    }
+    if let Value::String(text) = value
+        && percent(text).is_some_and(|p| p > 100)
+    {
+        errors.push(FieldError::invalid_raw(
+            path,
+            &shown,
+            "must not be greater than 100%",
+        ));
+    }
+    errors
+}
+
+/// With KEP-4650 (the synthetic `native_template_edits`): what of a claim template may change.
+fn without_editable_template_fields(templates: &Value) -> Value {
+    let mut templates = templates.clone();
+    for template in templates.as_array_mut().into_iter().flatten() {
+        if let Some(meta) = template.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("labels");
+            meta.remove("annotations");
+        }
+        if let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("volumeAttributesClassName");
+            if let Some(requests) = spec
+                .get_mut("resources")
+                .and_then(|r| r.get_mut("requests"))
+                .and_then(Value::as_object_mut)
+            {
+                requests.remove("storage");
+            }
+        }
+    }
+    templates
+}
+
+/// `ValidateStatefulSetUpdate`: the new spec is valid, and only the configured fields change.
+pub fn validate_statefulset_update(
+    old: &Value,
+    new: &Value,
+    config: &FakeApiConfig,
+) -> Vec<FieldError> {
+    let mut errors = validate_statefulset(new, config);
     let frozen = |object: &Value| {
         let mut spec = object.get("spec").cloned().unwrap_or(json!({}));
         if let Some(spec) = spec.as_object_mut() {
-            for field in MUTABLE {
-                spec.remove(field);
+            for field in config.statefulset_mutable_fields {
+                spec.remove(*field);
+            }
+            if config.native_template_edits {
+                spec.remove("volumeClaimUpdatePolicy");
+                if let Some(templates) = spec.get_mut("volumeClaimTemplates") {
+                    *templates = without_editable_template_fields(templates);
+                }
             }
         }
         normalized(&spec)
     };
-    if frozen(old) == frozen(new) {
-        Vec::new()
-    } else {
-        vec![FieldError::forbidden("spec", STATEFULSET_SPEC_FORBIDDEN)]
+    if frozen(old) != frozen(new) {
+        errors.push(FieldError::forbidden(
+            "spec",
+            &statefulset_spec_forbidden(config.statefulset_mutable_fields),
+        ));
     }
+    errors
 }
 
-/// Knobs of PVC update validation that differ between apiserver versions.
-pub struct PvcUpdateRules {
-    /// Kubernetes 1.25+ (KEP-3333) lets `spec.storageClassName` go from unset to a value.
-    pub retroactive_default_class_allowed: bool,
-}
-
-/// `ValidatePersistentVolumeClaimUpdate`: the spec is immutable except a bound claim's
-/// requests, `volumeAttributesClassName`, a first `volumeName`, and a class set on a
-/// claim that had none.
-pub fn validate_pvc_update(old: &Value, new: &Value, rules: &PvcUpdateRules) -> Vec<FieldError> {
+/// `ValidatePersistentVolumeClaimUpdate` (`pkg/apis/core/validation`): the spec is immutable
+/// except a bound claim's requests and `volumeAttributesClassName`, a first `volumeName`, and
+/// a class set on a claim that had none (v1.25+) or whose beta annotation named it; a request
+/// may not go down (below `status.capacity` with expansion recovery, not at all without).
+pub fn validate_pvc_update(old: &Value, new: &Value, config: &FakeApiConfig) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let mut old_spec = old.get("spec").cloned().unwrap_or(json!({}));
     let mut new_spec = new.get("spec").cloned().unwrap_or(json!({}));
     let bound = new.pointer("/status/phase").and_then(Value::as_str) == Some("Bound");
 
-    for spec in [&mut old_spec, &mut new_spec] {
-        if let Some(spec) = spec.as_object_mut() {
-            spec.remove("volumeAttributesClassName");
-        }
-    }
     // A claim may be bound to a volume once.
     if old_spec
         .get("volumeName")
@@ -278,7 +563,7 @@ pub fn validate_pvc_update(old: &Value, new: &Value, rules: &PvcUpdateRules) -> 
         .and_then(Value::as_str);
     let class_from_annotation =
         old_class.is_none() && old_annotation.is_some() && new_class.as_deref() == old_annotation;
-    let class_from_nil = rules.retroactive_default_class_allowed
+    let class_from_nil = config.retroactive_default_class_allowed
         && old_class.is_none()
         && old_annotation.is_none()
         && new_class.is_some();
@@ -298,13 +583,33 @@ pub fn validate_pvc_update(old: &Value, new: &Value, rules: &PvcUpdateRules) -> 
                 None => requests.remove("storage"),
             };
         }
+        // Only a bound claim may change its VolumeAttributesClass.
+        let old_vac = old_spec.get("volumeAttributesClassName").cloned();
+        if let Some(spec) = new_spec.as_object_mut()
+            && spec
+                .get("volumeAttributesClassName")
+                .is_some_and(|v| !v.is_null())
+        {
+            match old_vac {
+                Some(vac) => spec.insert("volumeAttributesClassName".into(), vac),
+                None => spec.remove("volumeAttributesClassName"),
+            };
+        }
     }
     if normalized(&old_spec) != normalized(&new_spec) {
-        errors.push(FieldError::forbidden("spec", PVC_SPEC_FORBIDDEN));
+        let wording = if config.claim_volume_attributes_class_in_types {
+            PVC_SPEC_FORBIDDEN
+        } else {
+            PVC_SPEC_FORBIDDEN_V1_24
+        };
+        let detail = if config.claim_spec_json_diff {
+            format!("{wording}\n{}", claim_spec_diff(&old_spec, &new_spec))
+        } else {
+            wording.to_owned()
+        };
+        errors.push(FieldError::forbidden("spec", &detail));
     }
 
-    // Shrinking is allowed only while recovering from a failed expansion, and never to or
-    // below the capacity the volume already has (RecoverVolumeExpansionFailure, GA in 1.34).
     let storage = |v: &Value, p: &str| {
         v.pointer(p)
             .and_then(Value::as_str)
@@ -314,17 +619,345 @@ pub fn validate_pvc_update(old: &Value, new: &Value, rules: &PvcUpdateRules) -> 
         storage(old, "/spec/resources/requests/storage"),
         storage(new, "/spec/resources/requests/storage"),
     );
-    let capacity = storage(old, "/status/capacity/storage");
+    let capacity = storage(old, "/status/capacity/storage").unwrap_or(0.0);
     if let (Some(old_size), Some(new_size)) = (old_size, new_size)
         && new_size < old_size
-        && capacity.is_some_and(|c| new_size <= c)
     {
-        errors.push(FieldError::forbidden(
-            "spec.resources.requests.storage",
-            "field can not be less than status.capacity",
-        ));
+        if !config.expansion_recovery {
+            errors.push(FieldError::forbidden(
+                "spec.resources.requests.storage",
+                "field can not be less than previous value",
+            ));
+        } else if new_size <= capacity {
+            // Lowering a request is recovery from a failed expansion, never a shrink below
+            // what the volume has (RecoverVolumeExpansionFailure).
+            errors.push(FieldError::forbidden(
+                "spec.resources.requests.storage",
+                "field can not be less than status.capacity",
+            ));
+        }
     }
     errors
+}
+
+/// A value of the internal `core.PersistentVolumeClaimSpec` as Go's `encoding/json` prints it
+/// (no JSON tags: Go field names, in declaration order, nothing omitted).
+fn go_claim_spec(spec: &Value) -> GoJson {
+    let get = |k: &str| spec.get(k).cloned().unwrap_or(Value::Null);
+    let reference = |v: Value, fields: &[(&str, &str)]| match v {
+        Value::Object(map) => GoJson::Object(
+            fields
+                .iter()
+                .map(|(go, json)| {
+                    (
+                        (*go).to_owned(),
+                        GoJson::from(map.get(*json).cloned().unwrap_or(Value::Null)),
+                    )
+                })
+                .collect(),
+        ),
+        _ => GoJson::Null,
+    };
+    let resources = spec.get("resources").cloned().unwrap_or(json!({}));
+    GoJson::Object(vec![
+        ("AccessModes".into(), GoJson::from(get("accessModes"))),
+        ("Selector".into(), GoJson::from(get("selector"))),
+        (
+            "Resources".into(),
+            GoJson::Object(vec![
+                (
+                    "Limits".into(),
+                    GoJson::from(resources.get("limits").cloned().unwrap_or(Value::Null)),
+                ),
+                (
+                    "Requests".into(),
+                    GoJson::from(resources.get("requests").cloned().unwrap_or(Value::Null)),
+                ),
+            ]),
+        ),
+        (
+            "VolumeName".into(),
+            GoJson::from(spec.get("volumeName").cloned().unwrap_or(json!(""))),
+        ),
+        (
+            "StorageClassName".into(),
+            GoJson::from(get("storageClassName")),
+        ),
+        ("VolumeMode".into(), GoJson::from(get("volumeMode"))),
+        (
+            "DataSource".into(),
+            reference(
+                get("dataSource"),
+                &[("APIGroup", "apiGroup"), ("Kind", "kind"), ("Name", "name")],
+            ),
+        ),
+        (
+            "DataSourceRef".into(),
+            reference(
+                get("dataSourceRef"),
+                &[
+                    ("APIGroup", "apiGroup"),
+                    ("Kind", "kind"),
+                    ("Name", "name"),
+                    ("Namespace", "namespace"),
+                ],
+            ),
+        ),
+        (
+            "VolumeAttributesClassName".into(),
+            GoJson::from(get("volumeAttributesClassName")),
+        ),
+    ])
+}
+
+/// JSON with its keys in a chosen order, printed as Go's `json.MarshalIndent(v, "", " ")`.
+enum GoJson {
+    Null,
+    Scalar(String),
+    Array(Vec<GoJson>),
+    Object(Vec<(String, GoJson)>),
+}
+
+impl From<Value> for GoJson {
+    fn from(value: Value) -> Self {
+        match value {
+            Value::Null => Self::Null,
+            Value::Array(items) => Self::Array(items.into_iter().map(Self::from).collect()),
+            // Go sorts map keys, as serde_json's map does.
+            Value::Object(map) => {
+                Self::Object(map.into_iter().map(|(k, v)| (k, Self::from(v))).collect())
+            }
+            other => Self::Scalar(other.to_string()),
+        }
+    }
+}
+
+impl GoJson {
+    fn write(&self, depth: usize, out: &mut String) {
+        let pad = |n: usize| " ".repeat(n);
+        match self {
+            Self::Null => out.push_str("null"),
+            Self::Scalar(text) => out.push_str(text),
+            Self::Array(items) if items.is_empty() => out.push_str("[]"),
+            Self::Object(fields) if fields.is_empty() => out.push_str("{}"),
+            Self::Array(items) => {
+                out.push_str("[\n");
+                for (i, item) in items.iter().enumerate() {
+                    out.push_str(&pad(depth + 1));
+                    item.write(depth + 1, out);
+                    out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+                }
+                out.push_str(&pad(depth));
+                out.push(']');
+            }
+            Self::Object(fields) => {
+                out.push_str("{\n");
+                for (i, (key, value)) in fields.iter().enumerate() {
+                    out.push_str(&pad(depth + 1));
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push_str(": ");
+                    value.write(depth + 1, out);
+                    out.push_str(if i + 1 < fields.len() { ",\n" } else { "\n" });
+                }
+                out.push_str(&pad(depth));
+                out.push('}');
+            }
+        }
+    }
+}
+
+/// `diff.Diff(oldSpec, newSpec)` of v1.35+ (`k8s.io/apimachinery/pkg/util/diff`): go-difflib's
+/// unified diff, three lines of context, of the two specs printed by `json.MarshalIndent`.
+pub fn claim_spec_diff(old: &Value, new: &Value) -> String {
+    let print = |spec: &Value| {
+        let mut out = String::new();
+        go_claim_spec(spec).write(0, &mut out);
+        out
+    };
+    unified_diff(&print(old), &print(new), 3)
+}
+
+/// go-difflib's `SplitLines`: every line keeps its newline, the last one gets one.
+fn split_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.split_inclusive('\n').map(str::to_owned).collect();
+    match lines.last_mut() {
+        Some(last) if !last.ends_with('\n') => last.push('\n'),
+        Some(_) => lines.push("\n".to_owned()),
+        None => lines.push("\n".to_owned()),
+    }
+    lines
+}
+
+/// An opcode of Python's (and go-difflib's) `SequenceMatcher`.
+type Opcode = (char, usize, usize, usize, usize);
+
+/// `SequenceMatcher.get_matching_blocks` without junk (the inputs are far below the 200 lines
+/// where autojunk starts).
+fn matching_blocks(a: &[String], b: &[String]) -> Vec<(usize, usize, usize)> {
+    let mut b2j: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
+    for (j, line) in b.iter().enumerate() {
+        b2j.entry(line.as_str()).or_default().push(j);
+    }
+    let longest = |alo: usize, ahi: usize, blo: usize, bhi: usize| {
+        let (mut besti, mut bestj, mut bestsize) = (alo, blo, 0);
+        let mut j2len: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+        for (i, line) in a.iter().enumerate().take(ahi).skip(alo) {
+            let mut next = std::collections::HashMap::new();
+            for &j in b2j.get(line.as_str()).into_iter().flatten() {
+                if j < blo {
+                    continue;
+                }
+                if j >= bhi {
+                    break;
+                }
+                let k = j
+                    .checked_sub(1)
+                    .and_then(|p| j2len.get(&p))
+                    .copied()
+                    .unwrap_or(0)
+                    + 1;
+                next.insert(j, k);
+                if k > bestsize {
+                    (besti, bestj, bestsize) = (i + 1 - k, j + 1 - k, k);
+                }
+            }
+            j2len = next;
+        }
+        (besti, bestj, bestsize)
+    };
+    let mut queue = vec![(0, a.len(), 0, b.len())];
+    let mut blocks = Vec::new();
+    while let Some((alo, ahi, blo, bhi)) = queue.pop() {
+        let (i, j, k) = longest(alo, ahi, blo, bhi);
+        if k > 0 {
+            blocks.push((i, j, k));
+            if alo < i && blo < j {
+                queue.push((alo, i, blo, j));
+            }
+            if i + k < ahi && j + k < bhi {
+                queue.push((i + k, ahi, j + k, bhi));
+            }
+        }
+    }
+    blocks.sort_unstable();
+    // Adjacent blocks merge.
+    let mut merged: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, j, k) in blocks {
+        match merged.last_mut() {
+            Some(last) if last.0 + last.2 == i && last.1 + last.2 == j => last.2 += k,
+            _ => merged.push((i, j, k)),
+        }
+    }
+    merged.push((a.len(), b.len(), 0));
+    merged
+}
+
+fn opcodes(a: &[String], b: &[String]) -> Vec<Opcode> {
+    let (mut i, mut j) = (0, 0);
+    let mut codes = Vec::new();
+    for (ai, bj, size) in matching_blocks(a, b) {
+        let tag = match (i < ai, j < bj) {
+            (true, true) => Some('r'),
+            (true, false) => Some('d'),
+            (false, true) => Some('i'),
+            (false, false) => None,
+        };
+        if let Some(tag) = tag {
+            codes.push((tag, i, ai, j, bj));
+        }
+        (i, j) = (ai + size, bj + size);
+        if size > 0 {
+            codes.push(('e', ai, i, bj, j));
+        }
+    }
+    codes
+}
+
+fn grouped_opcodes(a: &[String], b: &[String], n: usize) -> Vec<Vec<Opcode>> {
+    let mut codes = opcodes(a, b);
+    if codes.is_empty() {
+        codes.push(('e', 0, 1, 0, 1));
+    }
+    if let Some(first) = codes.first_mut()
+        && first.0 == 'e'
+    {
+        let (tag, i1, i2, j1, j2) = *first;
+        *first = (
+            tag,
+            i1.max(i2.saturating_sub(n)),
+            i2,
+            j1.max(j2.saturating_sub(n)),
+            j2,
+        );
+    }
+    if let Some(last) = codes.last_mut()
+        && last.0 == 'e'
+    {
+        let (tag, i1, i2, j1, j2) = *last;
+        *last = (tag, i1, i2.min(i1 + n), j1, j2.min(j1 + n));
+    }
+    let mut groups = Vec::new();
+    let mut group = Vec::new();
+    for (tag, mut i1, i2, mut j1, j2) in codes {
+        if tag == 'e' && i2 - i1 > 2 * n {
+            group.push((tag, i1, i2.min(i1 + n), j1, j2.min(j1 + n)));
+            groups.push(std::mem::take(&mut group));
+            (i1, j1) = (i1.max(i2.saturating_sub(n)), j1.max(j2.saturating_sub(n)));
+        }
+        group.push((tag, i1, i2, j1, j2));
+    }
+    if !(group.is_empty() || group.len() == 1 && group[0].0 == 'e') {
+        groups.push(group);
+    }
+    groups
+}
+
+/// `formatRangeUnified`.
+fn unified_range(start: usize, stop: usize) -> String {
+    let length = stop - start;
+    match length {
+        1 => format!("{}", start + 1),
+        0 => format!("{start},0"),
+        _ => format!("{},{length}", start + 1),
+    }
+}
+
+/// go-difflib's `GetUnifiedDiffString` without file names.
+fn unified_diff(a: &str, b: &str, context: usize) -> String {
+    let (a, b) = (split_lines(a), split_lines(b));
+    let mut out = String::new();
+    for group in grouped_opcodes(&a, &b, context) {
+        let (Some(first), Some(last)) = (group.first(), group.last()) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "@@ -{} +{} @@\n",
+            unified_range(first.1, last.2),
+            unified_range(first.3, last.4)
+        ));
+        for &(tag, i1, i2, j1, j2) in &group {
+            if tag == 'e' {
+                for line in &a[i1..i2] {
+                    out.push(' ');
+                    out.push_str(line);
+                }
+                continue;
+            }
+            if tag == 'r' || tag == 'd' {
+                for line in &a[i1..i2] {
+                    out.push('-');
+                    out.push_str(line);
+                }
+            }
+            if tag == 'r' || tag == 'i' {
+                for line in &b[j1..j2] {
+                    out.push('+');
+                    out.push_str(line);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn annotation_pointer(annotation: &str) -> String {
@@ -432,4 +1065,44 @@ pub fn validate_secret_update(old: &Value, new: &Value) -> Vec<FieldError> {
         errors.push(FieldError::invalid("type", shown, "field is immutable"));
     }
     errors
+}
+
+/// `SetDefaults_ValidatingWebhook` / `SetDefaults_MutatingWebhook`
+/// (`pkg/apis/admissionregistration/v1/defaults.go`): failure policy, match policy, empty
+/// selectors, timeout, each rule's scope, a service port, and (mutating) no reinvocation.
+pub fn default_webhooks(object: &mut Value, mutating: bool) {
+    for webhook in object
+        .get_mut("webhooks")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+    {
+        webhook.entry("failurePolicy").or_insert(json!("Fail"));
+        webhook.entry("matchPolicy").or_insert(json!("Equivalent"));
+        webhook.entry("namespaceSelector").or_insert(json!({}));
+        webhook.entry("objectSelector").or_insert(json!({}));
+        webhook.entry("timeoutSeconds").or_insert(json!(10));
+        if mutating {
+            webhook
+                .entry("reinvocationPolicy")
+                .or_insert(json!("Never"));
+        }
+        for rule in webhook
+            .get_mut("rules")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object_mut)
+        {
+            rule.entry("scope").or_insert(json!("*"));
+        }
+        if let Some(service) = webhook
+            .get_mut("clientConfig")
+            .and_then(|c| c.get_mut("service"))
+            .and_then(Value::as_object_mut)
+        {
+            service.entry("port").or_insert(json!(443));
+        }
+    }
 }
