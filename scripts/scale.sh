@@ -2,7 +2,7 @@
 # The scale benchmark: `serve` (release build, controller on) against the in-process fake API
 # server seeded with 10,000 claims / 2,000 StatefulSets ("small") and 50,000 / 10,000
 # ("large"), pods of those sets included, or against the cluster of KUBECONFIG when it is set
-# (a real apiserver, e.g. ../shared/k8s's control plane with its kube-controller-manager
+# (a real apiserver, e.g. a test cluster's, with its kube-controller-manager
 # stopped; SCALE_SEED=1 seeds it once with the same objects, which takes minutes). Prints one
 # table row per size: seeding time, time to /readyz, when the controller takes the Lease, RSS
 # at ready, 90 s after start, at the end and peak (VmHWM), RSS every 15 s, CPU seconds of the

@@ -286,7 +286,7 @@ fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource
 /// Why a request taught nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Unanswered {
-    /// Refused by authorization (RBAC, a policy): asking again soon would be refused again.
+    /// Refused by authorization (RBAC, a policy): the operator may allow it or state the value.
     forbidden: bool,
     text: String,
 }
@@ -315,11 +315,11 @@ impl From<serde_json::Error> for Unanswered {
     }
 }
 
-/// The outcome of a request that failed: not tried again before the interval where it was
-/// forbidden (say how to state the value instead), retried with backoff otherwise.
+/// The outcome of a request that failed, retried with backoff until it answers; where it was
+/// forbidden (RBAC, a policy), saying how to state the value instead.
 fn unanswered(name: Name, place: &str, why: &Unanswered) -> Outcome {
     if why.forbidden {
-        Outcome::NotTried(format!(
+        Outcome::Failed(format!(
             "{place}: forbidden ({why}); allow it, or state the value with --capability {name}=…"
         ))
     } else {
@@ -507,5 +507,29 @@ mod tests {
         serde_json::from_value::<k8s_openapi::api::apps::v1::StatefulSet>(set).expect("a set");
         serde_json::from_value::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(claim)
             .expect("a claim");
+    }
+
+    #[test]
+    fn a_refused_probe_says_how_to_state_the_value_instead() {
+        let forbidden = Unanswered {
+            forbidden: true,
+            text: "statefulsets.apps is forbidden".into(),
+        };
+        let Outcome::Failed(why) = unanswered(Name::MaxUnavailable, "dry-run create", &forbidden)
+        else {
+            panic!("a failure, retried")
+        };
+        assert!(
+            why.ends_with("state the value with --capability max-unavailable=…"),
+            "{why}"
+        );
+        let down = Unanswered {
+            forbidden: false,
+            text: "connection refused".into(),
+        };
+        assert_eq!(
+            unanswered(Name::MaxUnavailable, "dry-run create", &down),
+            Outcome::Failed("dry-run create: connection refused".into())
+        );
     }
 }

@@ -292,7 +292,17 @@ impl Prober {
                 }
                 Outcome::Failed(why) => {
                     let wait = schedule.failed(*name, now, self.settings.retry_cap);
-                    tracing::warn!(capability = %name, error = %why, retry_in = ?wait, "capability probe failed; keeping what is known");
+                    // Said once per cause: a webhook-only install that may not dry-run asks
+                    // again every minute, and would say the same every time.
+                    let known = self.cell.get();
+                    let learned = known.get(*name);
+                    let again = learned.last_error.as_deref() == Some(why.as_str())
+                        || (learned.value.is_none() && learned.how.detail() == why);
+                    if again {
+                        tracing::debug!(capability = %name, error = %why, retry_in = ?wait, "capability probe failed again");
+                    } else {
+                        tracing::warn!(capability = %name, error = %why, retry_in = ?wait, "capability probe failed; keeping what is known");
+                    }
                     self.cell.update(|c| keep_or_explain(c, *name, why));
                 }
                 Outcome::NotTried(why) => {

@@ -1,11 +1,15 @@
 //! The real-cluster suite: the release binary's `serve` (webhook and controller) against a real
 //! kube-apiserver and kube-controller-manager, as a user meets them.
 //!
-//! Reads `KUBECONFIG` (a cluster-admin context) and, for the scenarios that need the apiserver's
-//! `MaxUnavailableStatefulSet` and `VolumeAttributesClass` gates on, `E2E_GATES_KUBECONFIG` (a
-//! second cluster started with them). Without `KUBECONFIG` every scenario is reported
-//! `ignored` with the reason, never passed. README.md ("Tests against a real cluster") says how
-//! to run it and what it creates.
+//! Reads `KUBECONFIG` (a cluster-admin context) and asks the cluster what it does (discovery,
+//! OpenAPI, dry runs: `support/caps.rs`), assuming no version. Each scenario runs on the first
+//! cluster that has what it needs: `KUBECONFIG`, else `E2E_GATES_KUBECONFIG` when set (a second
+//! cluster, e.g. with the `MaxUnavailableStatefulSet` and `VolumeAttributesClass` gates the
+//! other way); where neither has it, the scenario is reported `ignored` with the reason (what
+//! the cluster lacks). Without `KUBECONFIG` every scenario is reported `ignored` with the
+//! reason, never passed. The `versions_*` trials need no cluster: they hold the table of which
+//! scenario runs where on each captured apiserver (`versions.rs`). README.md ("Tests against a
+//! real cluster") says how to run it and what it creates.
 //!
 //! The `agreement_*` trials run the bodies of tests/agreement (which tests/it runs against the
 //! fake API server) on the `KUBECONFIG` cluster with nothing but a client and a namespace:
@@ -22,6 +26,7 @@
 mod agreement;
 mod scenarios;
 mod support;
+mod versions;
 
 use std::process::ExitCode;
 
@@ -41,7 +46,7 @@ fn main() -> ExitCode {
             let skip = skip.clone();
             Trial::ignorable_test(scenario.name, move || match skip {
                 Some(why) => Ok(Completion::ignored_with(why)),
-                None => support::run_scenario(&scenario).map(|()| Completion::Completed),
+                None => support::run_scenario(&scenario),
             })
         })
         .collect();
@@ -65,5 +70,7 @@ fn main() -> ExitCode {
             None => support::expectations_match_a_profile().map(|()| Completion::Completed),
         },
     ));
+    // Which scenario runs where on each captured apiserver: no cluster needed.
+    trials.extend(versions::trials());
     libtest_mimic::run(&args, trials).exit_code()
 }

@@ -657,13 +657,13 @@ async fn a_failed_probe_leaves_the_gate_unknown_and_is_retried() {
     controller.stop().await;
 }
 
-/// A probe refused by authorization (a webhook-only install's RBAC, a policy) is not asked
-/// again before the interval, and the capability says why and how to state it instead.
+/// A probe refused by authorization (a webhook-only install's RBAC, a policy) is asked again
+/// with backoff until it answers, as the RBAC may be fixed; meanwhile the capability says why.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_forbidden_probe_is_not_retried_soon_and_says_how_to_state_the_value() {
+async fn a_forbidden_probe_is_retried_until_allowed() {
     let api = FakeApiServer::start().await;
     api.configure(|c| c.drop_statefulset_max_unavailable = true);
-    api.fail_next("POST", GATE_PROBE, 403, 1);
+    api.fail_next("POST", GATE_PROBE, 403, 2);
     let controller = RunningController::start_with(
         &api,
         driver_config("replica-a"),
@@ -672,19 +672,23 @@ async fn a_forbidden_probe_is_not_retried_soon_and_says_how_to_state_the_value()
             ..crate::support::controller::prober()
         },
     );
-    let unknown = r#"capability{capability="max-unavailable",value="unknown",source="unknown"} 1"#;
     assert!(
-        eventually(Duration::from_secs(10), || probes(&api).len() == 1).await,
-        "{:?}",
-        probes(&api)
-    );
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(probes(&api), [true], "not asked again within the interval");
-    assert!(
-        controller.metrics().contains(unknown),
+        eventually(Duration::from_secs(10), || controller
+            .metrics()
+            .contains(r#"max_unavailable_gate_probes_total{result="error"} 2"#))
+        .await,
         "{}",
         controller.metrics()
     );
+    assert!(
+        eventually(Duration::from_secs(10), || controller.metrics().contains(
+            r#"capability{capability="max-unavailable",value="dropped",source="probe"} 1"#
+        ))
+        .await,
+        "learned once allowed: {}",
+        controller.metrics()
+    );
+    assert_eq!(probes(&api), [true, true, true]);
     controller.stop().await;
 }
 

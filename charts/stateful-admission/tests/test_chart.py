@@ -570,7 +570,8 @@ def test_every_rendered_flag_exists_and_every_serve_flag_is_covered():
     known = set(re.findall(r"(--[a-z0-9-]+)", help_text))
     rendered = set()
     for values, apis in [({}, ()), ({"certs": {"mode": "certManager"}}, CERT_MANAGER),
-                         ({"policy": {"strictMaxUnavailable": True}}, ())]:
+                         ({"policy": {"strictMaxUnavailable": True}}, ()),
+                         ({"capabilities": {"stated": ["max-unavailable=dropped"]}}, ())]:
         for arg in container(render(values, api_versions=apis))["args"][1:]:
             rendered.add(arg.split("=", 1)[0])
     assert rendered <= known, f"flags the binary lacks: {rendered - known}"

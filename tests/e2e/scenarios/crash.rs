@@ -18,12 +18,12 @@ use serde_json::json;
 
 use crate::support::history::SetHistory;
 use crate::support::wait::step;
-use crate::support::{Scenario, Scope, ServeOptions, Which, actors, eventually, install, objects};
+use crate::support::{Scenario, Scope, ServeOptions, actors, eventually, install, objects};
 
 pub fn crash_at_every_step() -> Scenario {
     Scenario {
         name: "convergence_survives_kill_at_every_step",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| body(scope).boxed(),
     }
 }
@@ -223,7 +223,7 @@ async fn uids(scope: &Scope, ns: &str) -> anyhow::Result<BTreeMap<String, Option
 pub fn apply_during_recreate() -> Scenario {
     Scenario {
         name: "server_side_apply_while_the_set_is_recreated",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| apply_during_recreate_body(scope).boxed(),
     }
 }

@@ -2,9 +2,13 @@
 //! cluster.
 //!
 //! - A claim made while its namespace's default class (`stateful-admission.io/default-storage-class`)
-//!   did not exist yet gets that class once it appears; the built-in PV controller of v1.32
-//!   assigns only a cluster default, so this is ours alone. A claim of a namespace without one
-//!   stays classless until a cluster default appears, then gets it.
+//!   did not exist yet gets that class once it appears; the built-in PV controller assigns
+//!   only a cluster default, so this is ours alone. A claim of a namespace without one stays
+//!   classless until a cluster default appears, then gets it. Where the apiserver refuses a
+//!   class on a claim created without one (before KEP-3333), the controller reports the
+//!   refusal instead (a Warning Event, the error counter) and the claims stay classless; the
+//!   cluster-default step does not apply there (the PV controller's assignment is refused
+//!   the same way).
 //! - `Available` and `Progressing` follow readiness: a scale-up whose new pod never becomes
 //!   ready exceeds the set's progress deadline (`ProgressDeadlineExceeded`, with a Warning
 //!   Event), and recovers once the pod is ready.
@@ -21,13 +25,13 @@ use serde_json::json;
 
 use crate::support::wait::step;
 use crate::support::{
-    Scenario, Scope, ServeOptions, USER, Which, actors, eventually, install, objects,
+    Scenario, Scope, Serve, ServeOptions, USER, actors, eventually, install, objects,
 };
 
 pub fn retroactive_default_class() -> Scenario {
     Scenario {
         name: "retroactive_default_class_namespace_then_cluster",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| default_class_body(scope).boxed(),
     }
 }
@@ -35,7 +39,7 @@ pub fn retroactive_default_class() -> Scenario {
 pub fn conditions() -> Scenario {
     Scenario {
         name: "conditions_follow_readiness_and_the_progress_deadline",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| conditions_body(scope).boxed(),
     }
 }
@@ -108,6 +112,10 @@ async fn default_class_body(scope: Scope) -> anyhow::Result<()> {
     for api in [&in_ns, &in_plain] {
         let found = class_of(&api.get("loose").await?);
         anyhow::ensure!(found.is_none(), "a class with no default: {found:?}");
+    }
+
+    if scope.caps.class_from_unset == Some(false) {
+        return refused(&scope, &serve, &in_ns, &in_plain, &team).await;
     }
 
     step(
@@ -193,6 +201,73 @@ async fn default_class_body(scope: Scope) -> anyhow::Result<()> {
                 == 0.0,
         "attempts counted, none failed:\n{}",
         serve.metrics().await?
+    );
+    Ok(())
+}
+
+/// Where the apiserver refuses a class on a claim created without one: the namespace's
+/// default class appears, the controller tries once, reports the refusal, and both claims stay
+/// classless.
+async fn refused(
+    scope: &Scope,
+    serve: &Serve,
+    in_ns: &Api<PersistentVolumeClaim>,
+    in_plain: &Api<PersistentVolumeClaim>,
+    team: &str,
+) -> anyhow::Result<()> {
+    let s = scope.scenario;
+    let ns = &scope.ns;
+    let client = scope.client();
+    step(
+        s,
+        "the namespace's default class appears: the apiserver refuses it, the controller says so",
+    );
+    install::apply(
+        scope.cluster(),
+        vec![objects::storage_class(s, team, true, json!({}))],
+    )?;
+    let rejected = eventually(
+        "a Warning DefaultStorageClassRejected Event naming the class",
+        Duration::from_secs(30),
+        || async {
+            let rejected = objects::events(&client, ns, "DefaultStorageClassRejected").await?;
+            anyhow::ensure!(
+                rejected.len() == 1
+                    && rejected[0].type_.as_deref() == Some("Warning")
+                    && rejected[0]
+                        .message
+                        .as_deref()
+                        .is_some_and(|m| m.contains(team)),
+                "{rejected:?}"
+            );
+            Ok(rejected)
+        },
+    )
+    .await?;
+    let errors = serve
+        .metric("stateful_admission_retroactive_storageclass_errors_total")
+        .await?;
+    anyhow::ensure!(
+        errors >= 1.0,
+        "the refusal counted: errors {errors}, Event {rejected:?}"
+    );
+    // More reconciles: the refusal is final, nothing retried or assigned.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for api in [in_ns, in_plain] {
+        let found = class_of(&api.get("loose").await?);
+        anyhow::ensure!(found.is_none(), "a class the apiserver refused: {found:?}");
+    }
+    let assigned = objects::events(&client, ns, "DefaultStorageClassAssigned").await?;
+    anyhow::ensure!(assigned.is_empty(), "{assigned:?}");
+    let again = objects::events(&client, ns, "DefaultStorageClassRejected").await?;
+    anyhow::ensure!(again.len() == 1, "reported once: {again:?}");
+    step(
+        s,
+        &format!(
+            "skipped: a cluster default appearing ({}: the apiserver refuses a class on a claim \
+             created without one, the PV controller's assignment too)",
+            scope.caps.git_version
+        ),
     );
     Ok(())
 }

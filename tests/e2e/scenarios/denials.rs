@@ -1,5 +1,6 @@
 //! What the user reads when a write is refused or defaulted: template edits that may not be
-//! recorded are denied naming the field path; a namespace's default class wins over the
+//! recorded are denied naming the field path (maxUnavailable 0 in the spelling and wording of
+//! the cluster at hand); a namespace's default class wins over the
 //! cluster's for classless claims; expansion limits stand beside the apiserver's own resize
 //! denials, in the same style.
 
@@ -11,12 +12,12 @@ use kube::Api;
 use serde_json::{Value, json};
 
 use crate::support::wait::step;
-use crate::support::{Scenario, Scope, ServeOptions, Which, actors, eventually, install, objects};
+use crate::support::{Scenario, Scope, ServeOptions, actors, eventually, install, objects};
 
 pub fn template_denials() -> Scenario {
     Scenario {
         name: "denials_name_the_field_path",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| template_denials_body(scope).boxed(),
     }
 }
@@ -24,7 +25,7 @@ pub fn template_denials() -> Scenario {
 pub fn namespace_default_class() -> Scenario {
     Scenario {
         name: "namespace_default_class_wins_for_classless_claims",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| namespace_default_class_body(scope).boxed(),
     }
 }
@@ -32,7 +33,7 @@ pub fn namespace_default_class() -> Scenario {
 pub fn expansion_limits() -> Scenario {
     Scenario {
         name: "expansion_limits_beside_the_builtin_resize_denials",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| expansion_limits_body(scope).boxed(),
     }
 }
@@ -80,15 +81,16 @@ async fn template_denials_body(scope: Scope) -> anyhow::Result<()> {
     let out = cluster.kubectl_status(&["apply", "-f", "-"], Some(&objects::manifest(&[added])))?;
     denied_with(&out, &["spec.volumeClaimTemplates[1]", "Forbidden"])?;
 
+    // In the spelling the cluster's users have (the annotation where the API has no field,
+    // which kubectl would refuse), worded as the cluster's own validation would.
     step(s, "maxUnavailable 0, as upstream validation words it");
     let mut zero = set.clone();
-    zero["spec"]["updateStrategy"] =
-        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0}});
+    objects::merge(
+        &mut zero,
+        scope.caps.mu_spelling().strategy(&json!(0), json!({})),
+    );
     let out = cluster.kubectl_status(&["apply", "-f", "-"], Some(&objects::manifest(&[zero])))?;
-    denied_with(
-        &out,
-        &["spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: 0: cannot be 0"],
-    )?;
+    denied_with(&out, &scope.caps.zero_max_unavailable_denial())?;
 
     step(
         s,

@@ -11,12 +11,12 @@ use kube::Api;
 use serde_json::json;
 
 use crate::support::wait::step;
-use crate::support::{Scenario, Scope, ServeOptions, Which, actors, eventually, install, objects};
+use crate::support::{Scenario, Scope, ServeOptions, actors, eventually, install, objects};
 
 pub fn healthy_sets() -> Scenario {
     Scenario {
         name: "first_contact_with_healthy_sets_writes_once_per_set",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| body(scope).boxed(),
     }
 }
@@ -51,7 +51,9 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
     )?;
     let _node = actors::start(&scope, vec![ns.clone()]);
     // Charts as a platform has them: OrderedReady and Parallel, one to three replicas, with
-    // and without a partition, some with maxUnavailable.
+    // and without a partition, some with maxUnavailable (spelled as the cluster's users
+    // would: the field where the API has it).
+    let spelling = scope.caps.mu_spelling();
     let manifests: Vec<_> = (0..SETS)
         .map(|i| {
             let mut extra = json!({"spec": {"updateStrategy": {"type": "RollingUpdate",
@@ -60,7 +62,10 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
                 extra["spec"]["podManagementPolicy"] = json!("Parallel");
             }
             if i % 3 == 2 {
-                extra["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] = json!(2);
+                objects::merge(
+                    &mut extra,
+                    spelling.strategy(&json!(2), json!({"partition": 0})),
+                );
             }
             objects::statefulset(
                 &ns,

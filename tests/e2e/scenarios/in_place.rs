@@ -11,13 +11,14 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
 use serde_json::{Value, json};
 
+use crate::support::caps::MAX_UNAVAILABLE_ANNOTATION;
 use crate::support::wait::step;
-use crate::support::{Scenario, Scope, ServeOptions, Which, actors, eventually, install, objects};
+use crate::support::{Scenario, Scope, ServeOptions, actors, eventually, install, objects};
 
 pub fn in_place_rollout() -> Scenario {
     Scenario {
         name: "in_place_rollout_order_budget_partition_status",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| body(scope).boxed(),
     }
 }
@@ -33,19 +34,16 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
     )?;
     let node = actors::start(&scope, vec![ns.clone()]);
     let _serve = scope.serve(ServeOptions::default()).await?;
+    // maxUnavailable as the cluster's users write it: the field where the API has it.
+    let spelling = scope.caps.mu_spelling();
     let manifest = |size: &str| {
-        objects::statefulset(
-            &ns,
-            "db",
-            4,
-            &class,
-            size,
-            json!({
-                "metadata": {"annotations": {"stateful-admission.io/volume-claim-update-policy": "InPlace"}},
-                "spec": {"updateStrategy": {"type": "RollingUpdate",
-                         "rollingUpdate": {"partition": 1, "maxUnavailable": 2}}},
-            }),
-        )
+        let mut extra = json!({"metadata": {"annotations": {
+            "stateful-admission.io/volume-claim-update-policy": "InPlace"}}});
+        objects::merge(
+            &mut extra,
+            spelling.strategy(&json!(2), json!({"partition": 1})),
+        );
+        objects::statefulset(&ns, "db", 4, &class, size, extra)
     };
     cluster.kubectl(
         &["apply", "--server-side", "-f", "-"],
@@ -84,19 +82,27 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
         },
     )
     .await?;
-    let annotations = sets
-        .get("db")
-        .await?
-        .metadata
-        .annotations
-        .unwrap_or_default();
-    anyhow::ensure!(
-        annotations
-            .get("stateful-admission.io/max-unavailable")
-            .map(String::as_str)
-            == Some("2"),
-        "the webhook kept maxUnavailable in the annotation where the gate is off: {annotations:?}"
-    );
+    let live = sets.get("db").await?;
+    let annotations = live.metadata.annotations.clone().unwrap_or_default();
+    let field = serde_json::to_value(&live.spec.update_strategy)?
+        .pointer("/rollingUpdate/maxUnavailable")
+        .cloned();
+    if scope.caps.mu_kept {
+        anyhow::ensure!(
+            field == Some(json!(2)),
+            "the apiserver keeps maxUnavailable here: {field:?}"
+        );
+    } else {
+        // Written so, or (the field dropped) copied there by the webhook.
+        anyhow::ensure!(
+            annotations
+                .get(MAX_UNAVAILABLE_ANNOTATION)
+                .map(String::as_str)
+                == Some("2"),
+            "maxUnavailable kept in the annotation where the apiserver drops the field: \
+             {annotations:?}"
+        );
+    }
 
     step(
         s,

@@ -1,9 +1,10 @@
-//! maxUnavailable (KEP-961) on real clusters. Where the apiserver's gate is off (v1.32 as
-//! shipped) the driver deletes old-revision pods within the budget, in both spellings a user
-//! writes: the field with a `rollingUpdate` block, and the annotation with
-//! `type: RollingUpdate` alone. Never more than the budget is unavailable, the budget is used,
-//! and every pod is deleted exactly once. Where the gate is on, the driver stands down and the
-//! built-in controller does the same. With `VolumeAttributesClass` on, a template's
+//! maxUnavailable (KEP-961) on real clusters. Where the apiserver drops the field
+//! (`MaxUnavailableStatefulSet` off) the driver deletes old-revision pods within the budget,
+//! in both spellings a user writes: the field with a `rollingUpdate` block (where the API has
+//! the field), and the annotation with `type: RollingUpdate` alone. Never more than the budget
+//! is unavailable, the budget is used, and every pod is deleted exactly once. Where the
+//! apiserver keeps it, the driver stands down and the built-in controller does the same. Where
+//! VolumeAttributesClasses are served and claims keep theirs, a template's
 //! `volumeAttributesClassName` edit reaches the claims.
 
 use std::time::Duration;
@@ -14,61 +15,55 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
 use serde_json::{Value, json};
 
+use crate::support::caps::{MAX_UNAVAILABLE_ANNOTATION, Spelling};
 use crate::support::pods::PodTracker;
 use crate::support::wait::step;
 use crate::support::{
-    Scenario, Scope, Serve, ServeOptions, Which, actors, eventually, install, objects,
+    Need, Scenario, Scope, Serve, ServeOptions, actors, eventually, install, objects,
 };
 
 pub fn gate_off_field() -> Scenario {
     Scenario {
         name: "max_unavailable_gate_off_field",
-        cluster: Which::Default,
-        body: |scope| rollout(scope, Spelling::Field, Gate::Off).boxed(),
+        needs: &[Need::MuField, Need::MuDropped],
+        body: |scope| rollout(scope, Some(Spelling::Field), Gate::Off).boxed(),
     }
 }
 
 pub fn gate_off_annotation() -> Scenario {
     Scenario {
         name: "max_unavailable_gate_off_annotation",
-        cluster: Which::Default,
-        body: |scope| rollout(scope, Spelling::Annotation, Gate::Off).boxed(),
+        needs: &[Need::MuDropped],
+        body: |scope| rollout(scope, Some(Spelling::Annotation), Gate::Off).boxed(),
     }
 }
 
 /// The controller starts while its webhook is unreachable and its gate probe is refused (no
 /// `create` on StatefulSets yet); once the probe is allowed and a webhook replica is back, the
-/// gate is learned within seconds and a rollout still keeps two pods updating at once.
+/// gate is learned within seconds and a rollout still keeps two pods updating at once. The
+/// budget is spelled as the cluster's users would (the field where the API has it).
 pub fn gate_learned_late() -> Scenario {
     Scenario {
         name: "max_unavailable_gate_learned_after_failed_probes",
-        cluster: Which::Default,
-        body: |scope| rollout_with(scope, Spelling::Field, Gate::Off, Start::ProbeRefused).boxed(),
+        needs: &[Need::MuDropped],
+        body: |scope| rollout_with(scope, None, Gate::Off, Start::ProbeRefused).boxed(),
     }
 }
 
 pub fn gate_on() -> Scenario {
     Scenario {
         name: "max_unavailable_gate_on_builtin_drives",
-        cluster: Which::GatesOn,
-        body: |scope| rollout(scope, Spelling::Field, Gate::On).boxed(),
+        needs: &[Need::MuKept],
+        body: |scope| rollout(scope, Some(Spelling::Field), Gate::On).boxed(),
     }
 }
 
 pub fn volume_attributes_class() -> Scenario {
     Scenario {
         name: "volume_attributes_class_edit_reaches_claims",
-        cluster: Which::GatesOn,
+        needs: &[Need::Vac],
         body: |scope| vac_body(scope).boxed(),
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Spelling {
-    /// `updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 2}}`
-    Field,
-    /// `stateful-admission.io/max-unavailable: "2"` with `updateStrategy: {type: RollingUpdate}`
-    Annotation,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,16 +82,20 @@ enum Start {
 const REPLICAS: usize = 5;
 const BUDGET: usize = 2;
 
-async fn rollout(scope: Scope, spelling: Spelling, gate: Gate) -> anyhow::Result<()> {
+async fn rollout(scope: Scope, spelling: Option<Spelling>, gate: Gate) -> anyhow::Result<()> {
     rollout_with(scope, spelling, gate, Start::Normal).await
 }
 
+/// `spelling`: the one the scenario is about, else the cluster's ([`Caps::mu_spelling`]).
+///
+/// [`Caps::mu_spelling`]: crate::support::Caps::mu_spelling
 async fn rollout_with(
     scope: Scope,
-    spelling: Spelling,
+    spelling: Option<Spelling>,
     gate: Gate,
     start: Start,
 ) -> anyhow::Result<()> {
+    let spelling = spelling.unwrap_or_else(|| scope.caps.mu_spelling());
     let s = scope.scenario;
     let ns = scope.ns.clone();
     let cluster = scope.cluster();
@@ -114,13 +113,7 @@ async fn rollout_with(
             refused?
         }
     };
-    let strategy = match spelling {
-        Spelling::Field => json!({"spec": {"updateStrategy": {"type": "RollingUpdate",
-            "rollingUpdate": {"maxUnavailable": BUDGET}}}}),
-        Spelling::Annotation => json!({
-            "metadata": {"annotations": {"stateful-admission.io/max-unavailable": BUDGET.to_string()}},
-            "spec": {"updateStrategy": {"type": "RollingUpdate"}}}),
-    };
+    let strategy = spelling.strategy(&json!(BUDGET), json!({}));
     let manifest = |version: &str| {
         let mut extra = strategy.clone();
         objects::merge(
@@ -160,7 +153,7 @@ async fn rollout_with(
     match (gate, spelling) {
         (Gate::Off, Spelling::Field) => anyhow::ensure!(
             stored.pointer("/rollingUpdate/maxUnavailable").is_none()
-                && annotation(&set, "stateful-admission.io/max-unavailable") == Some("2"),
+                && annotation(&set, MAX_UNAVAILABLE_ANNOTATION) == Some("2"),
             "where the gate is off the field is dropped and the annotation kept: {stored}"
         ),
         (Gate::Off, Spelling::Annotation) => anyhow::ensure!(
@@ -329,8 +322,12 @@ async fn vac_body(scope: Scope) -> anyhow::Result<()> {
     let cluster = scope.cluster();
     let class = format!("{ns}-fast");
     let (silver, gold) = (format!("{ns}-silver"), format!("{ns}-gold"));
+    // Where the cluster serves them: v1beta1 behind a gate, v1 once GA.
+    let api_version = scope.caps.vac_api_version().ok_or_else(|| {
+        anyhow::anyhow!("no storage.k8s.io version serves volumeattributesclasses")
+    })?;
     let vac = |name: &str, iops: &str| {
-        json!({"apiVersion": "storage.k8s.io/v1beta1", "kind": "VolumeAttributesClass",
+        json!({"apiVersion": api_version, "kind": "VolumeAttributesClass",
                "metadata": {"name": name, "labels": {crate::support::SCENARIO_LABEL: s}},
                "driverName": "hostpath.e2e.stateful-admission.io",
                "parameters": {"iops": iops}})

@@ -18,14 +18,12 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::support::wait::step;
-use crate::support::{
-    Scenario, Scope, ServeOptions, USER, Which, actors, eventually, install, objects,
-};
+use crate::support::{Scenario, Scope, ServeOptions, USER, actors, eventually, install, objects};
 
 pub fn leader_killed_mid_rollout() -> Scenario {
     Scenario {
         name: "two_replicas_leader_killed_mid_rollout",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| body(scope).boxed(),
     }
 }

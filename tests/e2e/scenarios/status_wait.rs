@@ -20,14 +20,12 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::support::wait::step;
-use crate::support::{
-    Scenario, Scope, ServeOptions, Which, actors, eventually, install, objects, serve,
-};
+use crate::support::{Scenario, Scope, ServeOptions, actors, eventually, install, objects, serve};
 
 pub fn status_wait() -> Scenario {
     Scenario {
         name: "status_wait_returns_once_set_and_claims_carry_the_size",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| body(scope).boxed(),
     }
 }

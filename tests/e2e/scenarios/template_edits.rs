@@ -15,12 +15,12 @@ use stateful_admission::quantity::Quantity;
 
 use crate::support::history::SetHistory;
 use crate::support::wait::step;
-use crate::support::{Scenario, Scope, ServeOptions, Which, actors, eventually, install, objects};
+use crate::support::{Scenario, Scope, ServeOptions, actors, eventually, install, objects};
 
 pub fn client_side() -> Scenario {
     Scenario {
         name: "template_edit_client_side_apply",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| run(scope, Apply::ClientSide).boxed(),
     }
 }
@@ -28,7 +28,7 @@ pub fn client_side() -> Scenario {
 pub fn server_side() -> Scenario {
     Scenario {
         name: "template_edits_server_side_apply",
-        cluster: Which::Default,
+        needs: &[],
         body: |scope| run(scope, Apply::ServerSide).boxed(),
     }
 }

@@ -10,6 +10,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 /// One cluster, reached with a cluster-admin kubeconfig.
+#[derive(Clone)]
 pub struct Cluster {
     pub kubeconfig: PathBuf,
     pub client: Client,

@@ -205,7 +205,8 @@ fn render_chart(version: &str) -> anyhow::Result<Vec<Value>> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
-async fn ensure_namespace(cluster: &Cluster) -> anyhow::Result<()> {
+/// The release namespace, created where it is missing.
+pub async fn ensure_namespace(cluster: &Cluster) -> anyhow::Result<()> {
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client.clone());
     if api.get_opt(NAMESPACE).await?.is_none() {
         api.create(

@@ -5,6 +5,7 @@
 #![allow(dead_code)] // Each scenario uses a part.
 
 pub mod actors;
+pub mod caps;
 pub mod cluster;
 pub mod front;
 pub mod history;
@@ -19,46 +20,60 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod};
 
 use crate::agreement::{Body, Expect};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use libtest_mimic::Completion;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+pub use caps::{Caps, Choice, Need};
 pub use cluster::Cluster;
 pub use install::Install;
 pub use serve::{Serve, ServeOptions};
 pub use wait::eventually;
 
-/// Environment variable naming the second cluster, started with the
-/// `MaxUnavailableStatefulSet` and `VolumeAttributesClass` gates on.
+/// Environment variable naming an optional second cluster: scenarios that need a behaviour
+/// the `KUBECONFIG` cluster lacks (typically one with the `MaxUnavailableStatefulSet` and
+/// `VolumeAttributesClass` gates on, or off) run there.
 pub const GATES_KUBECONFIG: &str = "E2E_GATES_KUBECONFIG";
 
-/// Label on every cluster-scoped object a scenario creates (StorageClasses, volumes), so that
-/// the scenario's cleanup finds them.
+/// Label on every cluster-scoped object a scenario creates (StorageClasses, volumes,
+/// VolumeAttributesClasses), so that the scenario's cleanup finds them.
 pub const SCENARIO_LABEL: &str = "e2e.stateful-admission.io/scenario";
 
 /// Field manager of the test's own writes, as a user's tool would have one.
 pub const USER: &str = "e2e-user";
 
-/// Which cluster a scenario needs.
+/// One of the clusters the environment names, in the order scenarios look at them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Which {
-    /// `KUBECONFIG`: the gates as the version ships them (on v1.32: `MaxUnavailableStatefulSet`
-    /// and `VolumeAttributesClass` off).
+    /// `KUBECONFIG`: every scenario runs here that can.
     Default,
-    /// `E2E_GATES_KUBECONFIG`: the same version with both gates on.
-    GatesOn,
+    /// `E2E_GATES_KUBECONFIG`, when set: a scenario whose needs the first cluster lacks.
+    Second,
+}
+
+impl Which {
+    fn var(self) -> &'static str {
+        match self {
+            Which::Default => "KUBECONFIG",
+            Which::Second => GATES_KUBECONFIG,
+        }
+    }
 }
 
 /// One scenario of the suite.
 pub struct Scenario {
     pub name: &'static str,
-    pub cluster: Which,
+    /// What the cluster must do for the scenario to apply at all (empty: any cluster). How it
+    /// adapts to the rest (spellings, apiVersions, messages) it reads from [`Scope::caps`].
+    pub needs: &'static [Need],
     pub body: fn(Scope) -> BoxFuture<'static, anyhow::Result<()>>,
 }
 
@@ -78,17 +93,16 @@ impl Env {
         }
     }
 
+    /// Whether the environment names this cluster.
+    fn names(which: Which) -> bool {
+        std::env::var_os(which.var()).is_some_and(|p| !p.is_empty())
+    }
+
     fn kubeconfig(which: Which) -> anyhow::Result<PathBuf> {
-        let var = match which {
-            Which::Default => "KUBECONFIG",
-            Which::GatesOn => GATES_KUBECONFIG,
-        };
+        let var = which.var();
         match std::env::var_os(var) {
             Some(path) if !path.is_empty() => Ok(PathBuf::from(path)),
-            _ => anyhow::bail!(
-                "{var} is not set: this scenario needs a cluster with the MaxUnavailableStatefulSet \
-                 and VolumeAttributesClass gates on (README.md, \"Tests against a real cluster\")"
-            ),
+            _ => anyhow::bail!("{var} is not set (README.md, \"Tests against a real cluster\")"),
         }
     }
 }
@@ -102,16 +116,51 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
         .expect("the suite's runtime")
 });
 
+/// A cluster and what it does, asked once per cluster on first use.
+struct Probed {
+    cluster: Cluster,
+    caps: Arc<Caps>,
+}
+
+static PROBED: LazyLock<Mutex<HashMap<Which, Arc<Probed>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
 /// The release installed once per cluster, on first use.
 static INSTALLS: LazyLock<Mutex<HashMap<Which, Arc<Install>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
+
+async fn probed(which: Which) -> anyhow::Result<Arc<Probed>> {
+    if let Some(found) = PROBED.lock().expect("probed").get(&which) {
+        return Ok(found.clone());
+    }
+    let kubeconfig = Env::kubeconfig(which)?;
+    let found = async {
+        let cluster = Cluster::connect(&kubeconfig).await?;
+        let caps = Caps::probe(&cluster).await?;
+        anyhow::Ok(Probed {
+            cluster,
+            caps: Arc::new(caps),
+        })
+    }
+    .await
+    .with_context(|| {
+        format!(
+            "{} names {}, which the suite could not ask what it does",
+            which.var(),
+            kubeconfig.display()
+        )
+    })?;
+    eprintln!("e2e: {}: {}", which.var(), found.caps.summary());
+    let found = Arc::new(found);
+    PROBED.lock().expect("probed").insert(which, found.clone());
+    Ok(found)
+}
 
 async fn install(which: Which) -> anyhow::Result<Arc<Install>> {
     if let Some(found) = INSTALLS.lock().expect("installs").get(&which) {
         return Ok(found.clone());
     }
-    let kubeconfig = Env::kubeconfig(which)?;
-    let cluster = Cluster::connect(&kubeconfig).await?;
+    let cluster = probed(which).await?.cluster.clone();
     let installed = Arc::new(Install::new(cluster).await?);
     INSTALLS
         .lock()
@@ -120,13 +169,43 @@ async fn install(which: Which) -> anyhow::Result<Arc<Install>> {
     Ok(installed)
 }
 
-/// Runs one scenario: its namespaces and actors set up, its body, then its cleanup whatever the
-/// outcome. A failure carries the tail of every `serve` log of the scenario.
-pub fn run_scenario(scenario: &Scenario) -> Result<(), libtest_mimic::Failed> {
+/// The cluster a scenario with these needs runs on, with what it does; or why none applies.
+/// The second cluster is asked only when the first lacks something; one that is named but
+/// cannot be asked fails the scenario.
+async fn choose(needs: &[Need]) -> anyhow::Result<Result<(Which, Arc<Caps>), String>> {
+    let first = probed(Which::Default).await?;
+    let mut clusters = vec![(Which::Default, first.caps.clone())];
+    if caps::choose(needs, &[("KUBECONFIG", &first.caps)]) != Choice::Run(0)
+        && Env::names(Which::Second)
+    {
+        clusters.push((Which::Second, probed(Which::Second).await?.caps.clone()));
+    }
+    let named: Vec<(&str, &Caps)> = clusters
+        .iter()
+        .map(|(which, caps)| (which.var(), caps.as_ref()))
+        .collect();
+    Ok(match caps::choose(needs, &named) {
+        Choice::Run(index) => Ok(clusters.swap_remove(index)),
+        Choice::Skip(why) => Err(why),
+    })
+}
+
+/// Runs one scenario on the first cluster that has what it needs: its namespaces and actors
+/// set up, its body, then its cleanup whatever the outcome. Where no cluster has it, the
+/// scenario is ignored with the reason. A failure carries the tail of every `serve` log of
+/// the scenario.
+pub fn run_scenario(scenario: &Scenario) -> Result<Completion, libtest_mimic::Failed> {
     let started = Instant::now();
     let outcome = RUNTIME.block_on(async {
-        let install = install(scenario.cluster).await?;
-        let scope = Scope::new(scenario.name, install).await?;
+        let (which, caps) = match choose(scenario.needs).await? {
+            Ok(found) => found,
+            Err(why) => return Ok(Completion::ignored_with(why)),
+        };
+        if which == Which::Second {
+            eprintln!("e2e: {} runs on {}", scenario.name, which.var());
+        }
+        let install = install(which).await?;
+        let scope = Scope::new(scenario.name, install, caps).await?;
         let body = (scenario.body)(scope.clone());
         // A scenario that hangs fails with what it was waiting for, not with CI's timeout.
         let result = match tokio::time::timeout(Duration::from_secs(300), body).await {
@@ -135,12 +214,19 @@ pub fn run_scenario(scenario: &Scenario) -> Result<(), libtest_mimic::Failed> {
         };
         let logs = scope.log_tails();
         scope.cleanup().await;
-        result.map_err(|e| anyhow::anyhow!("{e:#}{logs}"))
+        result
+            .map(|()| Completion::Completed)
+            .map_err(|e| anyhow::anyhow!("{e:#}{logs}"))
     });
     eprintln!(
         "e2e: {} {} in {:.1} s",
         scenario.name,
-        if outcome.is_ok() { "passed" } else { "failed" },
+        match &outcome {
+            Ok(Completion::Completed) => "passed".to_owned(),
+            Ok(Completion::Ignored { reason }) =>
+                format!("skipped ({})", reason.as_deref().unwrap_or_default()),
+            Err(_) => "failed".to_owned(),
+        },
         started.elapsed().as_secs_f64()
     );
     outcome.map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
@@ -257,6 +343,9 @@ pub fn expectations_match_a_profile() -> Result<(), libtest_mimic::Failed> {
 pub struct Scope {
     pub scenario: &'static str,
     pub install: Arc<Install>,
+    /// What the scenario's cluster does: every apiVersion, spelling and expected message
+    /// that differs between clusters comes from here.
+    pub caps: Arc<Caps>,
     /// The scenario's first namespace.
     pub ns: String,
     namespaces: Arc<Mutex<Vec<String>>>,
@@ -267,10 +356,15 @@ pub struct Scope {
 }
 
 impl Scope {
-    async fn new(scenario: &'static str, install: Arc<Install>) -> anyhow::Result<Self> {
+    async fn new(
+        scenario: &'static str,
+        install: Arc<Install>,
+        caps: Arc<Caps>,
+    ) -> anyhow::Result<Self> {
         let scope = Self {
             scenario,
             install,
+            caps,
             ns: String::new(),
             namespaces: Arc::default(),
             logs: Arc::default(),
@@ -381,10 +475,18 @@ impl Scope {
         let _ = classes
             .delete_collection(&DeleteParams::default(), &by_scenario)
             .await;
-        let volumes: Api<PersistentVolume> = Api::all(client);
+        let volumes: Api<PersistentVolume> = Api::all(client.clone());
         let _ = volumes
             .delete_collection(&DeleteParams::default(), &by_scenario)
             .await;
+        // Where served; they may carry kubernetes.io/vac-protection until their volumes are
+        // gone, and go then.
+        if let Some(version) = &self.caps.vac_version {
+            let classes: Api<DynamicObject> = Api::all_with(client, &caps::vac_resource(version));
+            let _ = classes
+                .delete_collection(&DeleteParams::default(), &by_scenario)
+                .await;
+        }
     }
 }
 
