@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use stateful_admission::admission::GateCell;
 use stateful_admission::certs::{rotation::Lifetimes, self_managed::SelfManagedConfig};
 use stateful_admission::cli::{self, CertsCommand, Command, ServeArgs};
-use stateful_admission::cluster::{ClusterView, state_file, watch};
+use stateful_admission::cluster::watch::{self, WatchSettings};
+use stateful_admission::cluster::{ClusterView, state_file};
 use stateful_admission::controller::{Controller, ControllerConfig};
 use stateful_admission::server::{Companion, ListenerLimits, ServeConfig, Server, TlsSource};
 use stateful_admission::telemetry::{self, LogFormat};
@@ -129,7 +130,12 @@ fn serve(args: ServeArgs) -> ExitCode {
     };
     let controller = args.controller.config();
     let limit = (args.kube_api_qps, args.kube_api_burst);
-    let result = runtime.block_on(run_serve(config, args.state, controller, limit, shutdown));
+    let watches = WatchSettings {
+        reconnect_max_delay: args.watch_reconnect_max_delay,
+    };
+    let result = runtime.block_on(run_serve(
+        config, args.state, controller, limit, watches, shutdown,
+    ));
     drop(self_signed_temp);
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -151,6 +157,7 @@ async fn run_serve(
     state: Option<PathBuf>,
     controller: Option<ControllerConfig>,
     (qps, burst): (f32, u32),
+    watches: WatchSettings,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let Some(path) = state else {
@@ -165,7 +172,7 @@ async fn run_serve(
         let client = stateful_admission::field_manager::client_from(kube_config, Some(&limit))?;
         // Non-leading replicas keep the controller's kinds too: a takeover starts synced.
         let namespace = controller.as_ref().map(|c| c.namespace.as_str());
-        let (view, driver) = watch::from_cluster(client.clone(), namespace);
+        let (view, driver) = watch::from_cluster_with(client.clone(), namespace, watches);
         tokio::spawn(driver);
         let mut server = Server::new(config, view.clone());
         limit.register(server.registry());
