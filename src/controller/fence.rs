@@ -224,14 +224,26 @@ mod tests {
     fn the_fence_admits_only_before_the_deadline_of_a_term_not_lost() {
         let t = Instant::now();
         let ms = Duration::from_millis;
+        /// Valid until, now, term lost: the decision.
+        type Row = (Option<Instant>, Instant, bool, Result<Duration, Refusal>);
         #[rustfmt::skip]
-        let table: [(Option<Instant>, Instant, bool, Result<Duration, Refusal>); 7] = [
+        let table: [Row; 7] = [
             (Some(t + ms(10)), t, false, Ok(ms(10))),
             (Some(t + ms(10)), t + ms(9), false, Ok(ms(1))),
             // At the deadline itself: refused.
-            (Some(t + ms(10)), t + ms(10), false, Err(Refusal::Expired { by: ms(0) })),
+            (
+                Some(t + ms(10)),
+                t + ms(10),
+                false,
+                Err(Refusal::Expired { by: ms(0) }),
+            ),
             // A clock that jumped (a thawed process): refused, by how much.
-            (Some(t + ms(10)), t + ms(5010), false, Err(Refusal::Expired { by: ms(5000) })),
+            (
+                Some(t + ms(10)),
+                t + ms(5010),
+                false,
+                Err(Refusal::Expired { by: ms(5000) }),
+            ),
             (None, t, false, Err(Refusal::NotHeld)),
             // A lost term stays closed whatever the clock says (a later term renewed it).
             (Some(t + ms(10)), t, true, Err(Refusal::TermOver)),
