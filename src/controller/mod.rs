@@ -167,7 +167,9 @@ impl Controller {
     }
 
     /// Campaigns for the Lease and runs the features while leading, until `stop`; then
-    /// finishes in-flight work and releases the Lease. `view` must hold the controller's kinds
+    /// finishes in-flight work and releases the Lease. A term whose Lease is lost (taken over,
+    /// or not renewed by the renew deadline) is fenced and its work in flight dropped, and
+    /// the campaign starts again. `view` must hold the controller's kinds
     /// (pods and the journals of the controller's namespace: see
     /// [`watch::from_cluster`](crate::cluster::watch::from_cluster)); every feature reads it.
     pub async fn run(self, client: Client, view: ClusterView, stop: CancellationToken) {

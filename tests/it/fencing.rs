@@ -187,7 +187,7 @@ async fn a_frozen_then_thawed_leader_makes_no_write_after_it_wakes() {
         );
     }
     eprintln!(
-        "frozen {:?} at {frozen:?}, thawed by {thawed:?}; writes refused by fencing after the thaw: {}",
+        "frozen {:?} at {frozen:?}, thawed by {thawed:?}; writes refused by the fence after the thaw: {} (0: the step-down at the expired clock came first)",
         freeze,
         a.controller.metric("controller_writes_fenced_total")
     );
