@@ -45,6 +45,13 @@ pub async fn client() -> anyhow::Result<kube::Client> {
 
 /// A client for `config`, sending [`USER_AGENT`], its writes limited by `limit` if given.
 ///
+/// With a limit (the client of `serve`, which the controller writes through), kube's own
+/// retry layer is off: it sits below the write limit and the controller's fence and would
+/// resend a write answered 429, 503 or 504 up to seconds later, unchecked, after the Lease
+/// that allowed it may have passed to another replica. What fails is tried again by its
+/// caller instead (a reconcile's backoff, the next poll, the watches' own retry), through
+/// the fence.
+///
 /// # Errors
 /// When the client stack cannot be built from `config` (TLS or proxy settings). Needs a tokio
 /// runtime when `limit` is given.
@@ -56,6 +63,9 @@ pub fn client_from(
         axum::http::header::USER_AGENT,
         axum::http::HeaderValue::from_static(USER_AGENT),
     ));
+    if limit.is_some() {
+        config.default_retry = false;
+    }
     let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok(match limit {
         Some(limit) => builder.with_layer(limit).build(),

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use stateful_admission::capabilities::{self, CapabilityCell};
 use stateful_admission::certs::{rotation::Lifetimes, self_managed::SelfManagedConfig};
 use stateful_admission::cli::{self, CertsCommand, Command, ServeArgs};
-use stateful_admission::cluster::{ClusterView, state_file, watch};
+use stateful_admission::cluster::watch::{self, WatchSettings};
+use stateful_admission::cluster::{ClusterView, state_file};
 use stateful_admission::controller::{Controller, ControllerConfig};
 use stateful_admission::server::{Companion, ListenerLimits, ServeConfig, Server, TlsSource};
 use stateful_admission::telemetry::{self, LogFormat};
@@ -130,8 +131,11 @@ fn serve(args: ServeArgs) -> ExitCode {
     let controller = args.controller.config();
     let prober = args.controller.prober(&args.policy.capabilities);
     let limit = (args.kube_api_qps, args.kube_api_burst);
+    let watches = WatchSettings {
+        reconnect_max_delay: args.watch_reconnect_max_delay,
+    };
     let result = runtime.block_on(run_serve(
-        config, args.state, controller, prober, limit, shutdown,
+        config, args.state, controller, prober, limit, watches, shutdown,
     ));
     drop(self_signed_temp);
     match result {
@@ -155,6 +159,7 @@ async fn run_serve(
     controller: Option<ControllerConfig>,
     prober: capabilities::run::Settings,
     (qps, burst): (f32, u32),
+    watches: WatchSettings,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let Some(path) = state else {
@@ -169,7 +174,7 @@ async fn run_serve(
         let client = stateful_admission::field_manager::client_from(kube_config, Some(&limit))?;
         // Non-leading replicas keep the controller's kinds too: a takeover starts synced.
         let namespace = controller.as_ref().map(|c| c.namespace.as_str());
-        let (view, driver) = watch::from_cluster(client.clone(), namespace);
+        let (view, driver) = watch::from_cluster_with(client.clone(), namespace, watches);
         tokio::spawn(driver);
         let mut server = Server::new(config, view.clone());
         limit.register(server.registry());

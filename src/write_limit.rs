@@ -7,6 +7,11 @@
 //! It is a tower layer on the API client, so every write of the process passes it whatever
 //! feature makes it: claim patches, status and annotation patches, journal writes, pod and
 //! StatefulSet deletions, Events, certificate Secrets.
+//!
+//! A write may wait here for seconds, and what allowed it may not hold any more when its
+//! token comes: the controller's executor runs its calls under a check
+//! ([`checked_after_wait`], the controller's fence), asked after the wait, immediately before
+//! the request is sent.
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -20,6 +25,20 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use prometheus_client::metrics::counter::Counter;
 use tower::buffer::Buffer;
 use tower::{BoxError, Layer, Service};
+
+tokio::task_local! {
+    /// The check the writes of the current call pass after their wait for a token.
+    static AFTER_WAIT: AfterWait;
+}
+
+/// A check asked after the wait; an error refuses the write (nothing is sent).
+pub type AfterWait = Arc<dyn Fn() -> Result<(), BoxError> + Send + Sync>;
+
+/// Runs `call` (API requests of this task) with `check` asked for each of its writes after
+/// the wait for a token, immediately before the write is sent.
+pub async fn checked_after_wait<F: Future>(check: AfterWait, call: F) -> F::Output {
+    AFTER_WAIT.scope(check, call).await
+}
 
 /// kube-controller-manager's defaults.
 pub const DEFAULT_QPS: f32 = 20.0;
@@ -110,6 +129,7 @@ impl<S, B> Service<Request<B>> for WriteLimited<S>
 where
     S: Service<Request<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    S::Error: From<BoxError>,
     B: Send + 'static,
 {
     type Response = S::Response;
@@ -132,6 +152,11 @@ where
                 limit.throttled.inc();
                 limit.limiter.until_ready().await;
             }
+            // Outside a checked call (the Lease aside, nothing of ours writes there) there
+            // is nothing to ask.
+            if let Ok(Err(refused)) = AFTER_WAIT.try_with(|check| check()) {
+                return Err(refused.into());
+            }
             ready.call(request).await
         })
     }
@@ -140,6 +165,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tower::ServiceExt;
 
     fn request(method: Method, path: &str) -> Request<()> {
         Request::builder()
@@ -185,6 +211,82 @@ mod tests {
         ] {
             assert!(WriteLimit::new(qps, burst).is_err(), "{qps} {burst}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_write_is_checked_after_its_wait_and_refused_writes_are_not_sent() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counted = sent.clone();
+        let inner = tower::service_fn(move |_: Request<()>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, BoxError>("sent") }
+        });
+        let limit = WriteLimit::new(1000.0, 1).expect("limit");
+        let mut service = WriteLimited {
+            inner: Buffer::new(inner, 8),
+            limit: limit.clone(),
+        };
+        let allowed = Arc::new(AtomicBool::new(true));
+        let asked = Arc::new(AtomicUsize::new(0));
+        let check: AfterWait = {
+            let (allowed, asked) = (allowed.clone(), asked.clone());
+            Arc::new(move || {
+                asked.fetch_add(1, Ordering::SeqCst);
+                if allowed.load(Ordering::SeqCst) {
+                    Ok(())
+                } else {
+                    Err("fenced".into())
+                }
+            })
+        };
+        let claim = "/api/v1/namespaces/db/persistentvolumeclaims/data-web-0";
+        // The first write takes the only token; the second waits for one, and meanwhile
+        // what allowed it stopped holding.
+        let first = checked_after_wait(
+            check.clone(),
+            service
+                .ready()
+                .await
+                .expect("ready")
+                .call(request(Method::PATCH, claim)),
+        );
+        assert_eq!(first.await.expect("sent"), "sent");
+        allowed.store(false, Ordering::SeqCst);
+        let second = checked_after_wait(
+            check.clone(),
+            service
+                .ready()
+                .await
+                .expect("ready")
+                .call(request(Method::PATCH, claim)),
+        );
+        let refused = second.await.expect_err("refused after the wait");
+        assert_eq!(refused.to_string(), "fenced");
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1,
+            "the refused write was not sent"
+        );
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        assert_eq!(limit.throttled.get(), 1, "the second write waited");
+        // Reads are never checked; nor is anything outside a checked call.
+        let read = checked_after_wait(
+            check,
+            service
+                .ready()
+                .await
+                .expect("ready")
+                .call(request(Method::GET, claim)),
+        );
+        assert_eq!(read.await.expect("read"), "sent");
+        let unchecked = service
+            .ready()
+            .await
+            .expect("ready")
+            .call(request(Method::PATCH, claim));
+        assert_eq!(unchecked.await.expect("sent"), "sent");
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

@@ -632,6 +632,15 @@ pub(crate) fn replicas(answers: &[(String, Result<String, String>)]) -> Option<C
     if waiting.is_empty() && unanswered.is_empty() {
         return Some(Check::ok(name, format!("ready: {}", roles.join(", "))));
     }
+    // A replica whose watches fail answers from a view seconds or minutes old.
+    let hint = if waiting.iter().any(|w| w.contains("[!]view stale")) {
+        format!(
+            "a replica cannot refresh its view from the apiserver (network, apiserver down or overloaded): its webhook answers from what it last saw, its controller writes only under a valid Lease; see {}",
+            runbook("a-replicas-view-is-stale")
+        )
+    } else {
+        hint
+    };
     let mut parts = waiting;
     parts.extend(unanswered);
     Some(Check::warning(name, parts.join(" | "), hint))
@@ -1220,6 +1229,25 @@ mod tests {
                     .contains("[-]controller waiting for persistentvolumeclaims"),
             "{}",
             slow.message
+        );
+        // A replica cut off from the apiserver: ready (its webhook answers from its view),
+        // with the staleness as a warning of its own.
+        let cut_off = "[+]tls ok\n[+]webhook ok: storageclasses, namespaces, statefulsets listed\n[!]view stale: statefulsets, pods not refreshed for 27s, the apiserver unreachable or refusing the watch (failed to start watching object: connection refused); answering from what was last seen\n[+]controller standby: campaigning for Lease l\nreadyz check passed\n";
+        let stale = replicas(&[
+            ("sa-1".into(), Ok(leading.into())),
+            ("sa-2".into(), Ok(cut_off.into())),
+        ])
+        .expect("a line");
+        assert_eq!(stale.status, Status::Warning);
+        assert_eq!(
+            stale.message,
+            "sa-2: [!]view stale: statefulsets, pods not refreshed for 27s, the apiserver unreachable or refusing the watch (failed to start watching object: connection refused); answering from what was last seen"
+        );
+        assert!(
+            stale.hint.contains("cannot refresh its view")
+                && stale.hint.contains("#a-replicas-view-is-stale"),
+            "{}",
+            stale.hint
         );
         let refused =
             replicas(&[("sa-1".into(), Err("pods \"sa-1\" is forbidden".into()))]).expect("a line");

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::admission::{AdmissionMode, Policy};
 use crate::capabilities::{self, run::Settings as ProberSettings};
 use crate::controller::executor;
-use crate::controller::{ControllerConfig, Features};
+use crate::controller::{ControllerConfig, Features, LeaseTiming};
 use crate::telemetry::LogFormat;
 use crate::write_limit;
 
@@ -282,6 +282,11 @@ pub struct ServeArgs {
     /// Serve from a file of objects instead of a cluster (YAML or JSON; no kubeconfig needed).
     #[arg(long, env = "STATEFUL_ADMISSION_STATE")]
     pub state: Option<PathBuf>,
+    /// Longest wait between attempts to re-open a watch the apiserver did not answer
+    /// (connection refused or reset, 429, 5xx): from 200ms doubling, jittered, so that the
+    /// view is current again within this long of the apiserver's return.
+    #[arg(long, env = "STATEFUL_ADMISSION_WATCH_RECONNECT_MAX_DELAY", default_value = "2s", value_parser = parse_positive_duration)]
+    pub watch_reconnect_max_delay: Duration,
     #[command(flatten)]
     pub self_managed: SelfManagedArgs,
     #[command(flatten)]
@@ -370,6 +375,19 @@ pub struct ControllerArgs {
         default_value = "stateful-admission-controller"
     )]
     pub lease_name: String,
+    /// How long another replica waits, from when it sees the Lease unchanged, before it
+    /// takes it (client-go's LeaseDuration); whole seconds.
+    #[arg(long, env = "STATEFUL_ADMISSION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// The leader writes only until this long after the start of its last successful
+    /// renewal, and steps down then; shorter than --lease-duration (client-go's
+    /// RenewDeadline).
+    #[arg(long, env = "STATEFUL_ADMISSION_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub renew_deadline: Duration,
+    /// Time between renewals, and between attempts to take the Lease; shorter than
+    /// --renew-deadline (client-go's RetryPeriod).
+    #[arg(long, env = "STATEFUL_ADMISSION_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub retry_period: Duration,
     /// Reconcile every object again at least this often.
     #[arg(long, env = "STATEFUL_ADMISSION_RESYNC", default_value = "5m", value_parser = parse_duration)]
     pub resync: Duration,
@@ -422,6 +440,15 @@ pub enum GateArg {
 }
 
 impl ControllerArgs {
+    /// The Lease timings as given (see [`LeaseTiming::validate`]).
+    pub fn timing(&self) -> LeaseTiming {
+        LeaseTiming {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        }
+    }
+
     pub fn config(&self) -> Option<ControllerConfig> {
         if !self.controller {
             return None;
@@ -436,6 +463,7 @@ impl ControllerArgs {
             namespace: self.controller_namespace.clone(),
             identity,
             lease_name: self.lease_name.clone(),
+            timing: self.timing(),
             resync: self.resync,
             features: Features {
                 claim_rollout: self.claim_rollout,
@@ -449,7 +477,6 @@ impl ControllerArgs {
                 ControllerModeArg::Enforce => executor::Mode::Enforce,
                 ControllerModeArg::Observe => executor::Mode::Observe,
             },
-            ..ControllerConfig::default()
         })
     }
 
@@ -540,6 +567,14 @@ pub enum PatchFormat {
 pub enum Show {
     Review,
     Object,
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("must be more than 0s".to_owned());
+    }
+    Ok(d)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

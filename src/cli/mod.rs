@@ -39,10 +39,21 @@ pub fn parse() -> Cli {
     } else {
         Cli::command()
     };
-    let matches = command.get_matches();
+    let matches = command.clone().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match (&mut cli.command, matches.subcommand()) {
         (Command::Serve(serve), Some((_, sub))) => {
+            // Flags valid one by one, inconsistent together: a usage error (exit 2).
+            if let Err(why) = serve.controller.timing().validate() {
+                let mut command = command;
+                command
+                    .find_subcommand_mut("serve")
+                    .map_or_else(
+                        || Cli::command().error(clap::error::ErrorKind::ArgumentConflict, &why),
+                        |serve| serve.error(clap::error::ErrorKind::ArgumentConflict, &why),
+                    )
+                    .exit();
+            }
             if sub.value_source("self_signed_names") == Some(ValueSource::DefaultValue)
                 && let Some(names) = std::env::var_os(DEPRECATED_SELF_SIGNED_NAMES)
                 && !names.is_empty()

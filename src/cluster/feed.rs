@@ -127,6 +127,9 @@ pub enum Change {
     /// A complete list of the kind was taken in (at start, and after the watch had to list
     /// again): anything of that kind may have changed or gone.
     Relisted(Kind),
+    /// The kind's watch is current again after failing (the apiserver unreachable, or
+    /// refusing it): what failed meanwhile is worth trying again at once.
+    Resumed(Kind),
 }
 
 /// The subscribers; cheap to clone. With none, publishing costs a lock and nothing is kept.

@@ -9,6 +9,7 @@
 //! to its subscribers ([`feed`]), so a reader reacting to a change sees at least that change.
 
 pub(crate) mod feed;
+pub(crate) mod freshness;
 pub mod lite;
 pub(crate) mod packing;
 pub mod state_file;
@@ -24,6 +25,7 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 
 pub use feed::{Change, Kind, Kinds};
+pub use freshness::Stale;
 use lite::{ClaimLite, JournalLite, PodLite, SetLite, Watched};
 use store::{Compact, CompactWriter};
 
@@ -42,6 +44,8 @@ pub struct ClusterView {
     /// The kinds this view watches, and those that have taken in their first list.
     watched: Kinds,
     synced: tokio::sync::watch::Receiver<Kinds>,
+    /// Which kinds' watches are failing, since when and why.
+    freshness: freshness::Freshness,
 }
 
 /// Pods of StatefulSets, and the journals in the controller's namespace.
@@ -62,6 +66,7 @@ pub struct ClusterWriters {
     controller: Option<ControllerWriters>,
     feed: feed::Feed,
     sync: feed::SyncSender,
+    freshness: freshness::Freshness,
     view: ClusterView,
 }
 
@@ -92,6 +97,7 @@ impl ClusterWriters {
             journals: CompactWriter::default(),
         });
         let feed = feed::Feed::default();
+        let freshness = freshness::Freshness::default();
         let (sync, synced) = feed::SyncSender::new();
         let controller_read = controller
             .as_ref()
@@ -120,6 +126,7 @@ impl ClusterWriters {
             feed: feed.clone(),
             watched,
             synced,
+            freshness: freshness.clone(),
         };
         Self {
             storage_classes,
@@ -129,6 +136,7 @@ impl ClusterWriters {
             controller,
             feed,
             sync,
+            freshness,
             view,
         }
     }
@@ -423,6 +431,20 @@ impl ClusterView {
     /// nothing to wait for).
     pub fn is_synced(&self, kind: Kind) -> bool {
         !self.watched.contains(kind) || self.synced.borrow().contains(kind)
+    }
+
+    /// The kinds whose watches are failing now: how long, and why (empty for a view from a
+    /// file, which never goes stale).
+    pub fn stale(&self) -> Vec<Stale> {
+        self.freshness.stale(tokio::time::Instant::now())
+    }
+
+    /// Registers `cluster_view_stale_seconds` (by kind watched), read at each scrape.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register_collector(Box::new(freshness::StaleSeconds {
+            watched: self.watched,
+            freshness: self.freshness.clone(),
+        }));
     }
 
     /// Each kind this view watches, and whether it has seen its initial list.

@@ -11,10 +11,15 @@
 //! - the mode: in [`Mode::Observe`] nothing is written but Events; each write is reported as
 //!   a `Would<Verb>` Event on its object, counted with result `observed` and logged, once per
 //!   object and planned change. That is the only branch on the mode that changes what is
-//!   written (conditions also skip their confirming read when nothing will be written).
+//!   written (conditions also skip their confirming read when nothing will be written);
+//! - fencing ([`super::fence`]): immediately before each API call (claims, sets, status,
+//!   journals, deletes, Events) the term's fence is asked, and again after the write rate
+//!   limit's wait ([`crate::write_limit::checked_after_wait`]); a call still in flight when the
+//!   fence closes is dropped. A refusal is an error of the write (nothing was sent), counted
+//!   in `controller_writes_fenced_total`, with no Event.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, Preconditions, PropagationPolicy};
@@ -25,8 +30,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use super::action::{Action, After, Report, Request, Write};
-use crate::field_manager;
+use super::fence::{self, Fence};
 use crate::names;
+use crate::{field_manager, write_limit};
 
 /// Whether the controller acts or only says what it would do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -119,10 +125,11 @@ pub struct ActionLabels {
     pub result: &'static str,
 }
 
-/// `controller_actions_total`.
+/// `controller_actions_total`, `controller_writes_fenced_total`.
 #[derive(Debug, Clone, Default)]
 pub struct ActionMetrics {
     actions: Family<ActionLabels, Counter>,
+    fenced: Counter,
 }
 
 impl ActionMetrics {
@@ -133,7 +140,17 @@ impl ActionMetrics {
             "Writes the controller planned, by action and result: done, conflict (a precondition failed: the object moved on), gone, failed, or observed (observe mode: reported, not written)",
             metrics.actions.clone(),
         );
+        registry.register(
+            "controller_writes_fenced",
+            "Writes (Events included) the controller refused, or abandoned in flight, because this replica's Lease was no longer valid by its own clock (renew deadline passed, or the Lease lost)",
+            metrics.fenced.clone(),
+        );
         metrics
+    }
+
+    /// The counter of writes refused by fencing (for the term's [`Fence`]).
+    pub fn fenced(&self) -> Counter {
+        self.fenced.clone()
     }
 
     fn count(&self, action: &'static str, result: &'static str) {
@@ -214,6 +231,8 @@ pub struct Executor {
     metrics: ActionMetrics,
     expectations: Expectations,
     reported: Reported,
+    /// The term's fence; `None` writes unfenced (tools and tests without a Lease).
+    fence: Option<Arc<Fence>>,
 }
 
 impl Executor {
@@ -234,11 +253,69 @@ impl Executor {
             metrics,
             expectations: Expectations::default(),
             reported: Reported::default(),
+            fence: None,
         }
+    }
+
+    /// Every write and Event from now on passes `fence` first.
+    pub fn with_fence(mut self, fence: Arc<Fence>) -> Self {
+        self.fence = Some(fence);
+        self
     }
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Resolves when the fence closes (never without one): what waits on this executor's
+    /// writes can stop at once.
+    pub async fn closed(&self) {
+        match &self.fence {
+            Some(fence) => {
+                fence.closed().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Whether the fence refuses writes now (counting nothing).
+    pub fn is_closed(&self) -> bool {
+        self.fence.as_ref().is_some_and(|f| !f.is_open())
+    }
+
+    /// Asks the fence whether the write `what` names may go out now.
+    fn admit(&self, what: impl FnOnce() -> String) -> Result<(), kube::Error> {
+        match &self.fence {
+            Some(fence) => fence.admit(what).map_err(kube::Error::from),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs one API call under the fence: checked again after the write rate limit's wait,
+    /// and dropped if the fence closes while it is in flight.
+    async fn fenced<T>(
+        &self,
+        what: impl Fn() -> String + Send + Sync + 'static,
+        call: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, kube::Error> {
+        let Some(fence) = &self.fence else {
+            return call.await;
+        };
+        let what = Arc::new(what);
+        let check = {
+            let (fence, what) = (fence.clone(), what.clone());
+            Arc::new(move || {
+                fence
+                    .admit(|| format!("{} (after the write rate limit's wait)", what()))
+                    .map_err(tower::BoxError::from)
+            })
+        };
+        let call = write_limit::checked_after_wait(check, call);
+        tokio::select! {
+            biased;
+            why = fence.closed() => Err(fence.refuse(why, || format!("{} (abandoned in flight)", what())).into()),
+            result = call => result,
+        }
     }
 
     /// Whether a plan from the view's `version` of object `key` is stale (we wrote the object
@@ -252,6 +329,8 @@ impl Executor {
         let action = write.verb.as_str();
         let target = &write.target;
         if self.mode == Mode::Observe {
+            // What observe mode writes (its Events) is fenced as any write.
+            self.admit(|| describe(write))?;
             let key = format!(
                 "would/{action}/{}/{}/{}",
                 target.key(),
@@ -314,6 +393,9 @@ impl Executor {
                 }
                 Ok(Outcome::Done(object))
             }
+            // Refused or abandoned by the fence: counted there; no Event (that would be a
+            // write too).
+            Err(error) if fence::is_fenced(&error) => Err(error),
             Err(error) => {
                 let result = match code(&error) {
                     Some(409) => "conflict",
@@ -345,6 +427,20 @@ impl Executor {
             &target.namespace,
             &target.kind.api_resource(),
         );
+        // Immediately before the call: nothing between this check and the request but the
+        // rate limit's wait, which checks again.
+        self.admit(|| describe(write))?;
+        let what = describe(write);
+        self.fenced(move || what.clone(), self.call(&api, write))
+            .await
+    }
+
+    async fn call(
+        &self,
+        api: &Api<DynamicObject>,
+        write: &Write,
+    ) -> Result<Option<Box<DynamicObject>>, kube::Error> {
+        let target = &write.target;
         match &write.request {
             Request::Patch(body) => api
                 .patch(&target.name, &field_manager::patch(), &Patch::Merge(body))
@@ -448,6 +544,10 @@ impl Executor {
     /// they are what observe mode reports with. A failure is logged, never fatal. Returns
     /// false when the report was made before and is not repeated.
     pub async fn report(&self, report: &Report) -> bool {
+        let what = || format!("Event {} about {:?}", report.reason, report.regarding.name);
+        if self.admit(what).is_err() {
+            return false;
+        }
         if let Some(once) = &report.once
             && !self.reported.first(once)
         {
@@ -460,8 +560,17 @@ impl Executor {
             action: report.action.clone(),
             secondary: report.related.clone(),
         };
-        if let Err(error) = self.recorder.publish(&event, &report.regarding).await {
-            tracing::warn!(%error, reason = %report.reason, "could not publish event");
+        let what = format!("Event {} about {:?}", report.reason, report.regarding.name);
+        let published = self.fenced(
+            move || what.clone(),
+            self.recorder.publish(&event, &report.regarding),
+        );
+        match published.await {
+            Ok(()) => {}
+            Err(error) if fence::is_fenced(&error) => return false,
+            Err(error) => {
+                tracing::warn!(%error, reason = %report.reason, "could not publish event")
+            }
         }
         true
     }
@@ -472,9 +581,163 @@ impl Executor {
     }
 }
 
+/// A write as the fence's log names it: `PatchClaim db/data-web-0`.
+fn describe(write: &Write) -> String {
+    format!(
+        "{} {}/{}",
+        write.verb.as_str(),
+        write.target.namespace,
+        write.target.name
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::action::{self, Kind, Target, Verb};
+    use crate::controller::fence::{Fenced, LeaseClock, Refusal};
+    use crate::controller::test_api;
+    use serde_json::json;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    use tokio::time::Instant;
+    use tokio_util::sync::CancellationToken;
+
+    /// An executor fenced on a clock valid for 10 s from now, over an API that answers
+    /// claim patches (or holds them, with `hold`) and Events; counts what reached it.
+    fn fenced_executor(
+        hold: bool,
+    ) -> (
+        Executor,
+        Arc<LeaseClock>,
+        CancellationToken,
+        ActionMetrics,
+        Arc<AtomicUsize>,
+    ) {
+        let reached = Arc::new(AtomicUsize::new(0));
+        let counted = reached.clone();
+        let client = test_api::client(move |_method, path, _body| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            if hold && path.contains("persistentvolumeclaims") {
+                return None;
+            }
+            Some((
+                200,
+                json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data-web-0", "namespace": "db", "resourceVersion": "2"}}),
+            ))
+        });
+        let clock = Arc::new(LeaseClock::new(Duration::from_secs(10)));
+        clock.renewed(Instant::now());
+        let lost = CancellationToken::new();
+        let metrics = ActionMetrics::default();
+        let fence = Arc::new(Fence::new(clock.clone(), lost.clone(), metrics.fenced()));
+        let exec = Executor::new(client, Mode::Enforce, "a", metrics.clone()).with_fence(fence);
+        (exec, clock, lost, metrics, reached)
+    }
+
+    fn patch() -> Write {
+        Write::new(
+            Verb::PatchClaim,
+            Target::new(Kind::Claim, "db", "data-web-0"),
+            Request::Patch(json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}})),
+            "2Gi".into(),
+        )
+        .on_failed(Report::warning(
+            action::set_reference("db", "web", None),
+            "ClaimPatchFailed",
+            "PatchClaim",
+            "{error}".into(),
+        ))
+    }
+
+    fn fenced(result: &Result<Outcome, kube::Error>) -> bool {
+        matches!(result, Err(error) if fence::is_fenced(error))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_go_out_until_the_deadline_and_none_from_it() {
+        let (exec, _clock, _lost, metrics, reached) = fenced_executor(false);
+        assert!(exec.write(&patch()).await.is_ok());
+        tokio::time::advance(Duration::from_millis(9_999)).await;
+        assert!(exec.write(&patch()).await.is_ok(), "a millisecond left");
+        assert_eq!(reached.load(Ordering::SeqCst), 2);
+        // The clock jumped past the deadline (a thawed process): refused, nothing sent, no
+        // Event about the failure (that would be a write too).
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let refused = exec.write(&patch()).await;
+        assert!(fenced(&refused), "{refused:?}");
+        assert!(
+            !exec
+                .report(&Report::normal(
+                    action::set_reference("db", "web", None),
+                    "Reason",
+                    "Action",
+                    "note".into(),
+                ))
+                .await,
+            "Events are fenced too"
+        );
+        assert_eq!(reached.load(Ordering::SeqCst), 2, "nothing reached the API");
+        assert_eq!(metrics.fenced().get(), 2);
+        assert_eq!(
+            metrics.get("PatchClaim", "failed"),
+            0,
+            "a refusal is not a failure"
+        );
+        assert!(exec.is_closed());
+        // Observe mode writes only Events, which are fenced alike.
+        let observe = Executor {
+            mode: Mode::Observe,
+            ..exec
+        };
+        assert!(fenced(&observe.write(&patch()).await));
+        assert_eq!(reached.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_in_flight_is_abandoned_when_the_fence_closes() {
+        let (exec, clock, _lost, metrics, reached) = fenced_executor(true);
+        let exec = Arc::new(exec);
+        let started = Instant::now();
+        let write = tokio::spawn({
+            let exec = exec.clone();
+            async move { (exec.write(&patch()).await, Instant::now()) }
+        });
+        // Renewed at 4 s: the write waits on until 14 s.
+        tokio::time::advance(Duration::from_secs(4)).await;
+        clock.renewed(Instant::now());
+        let (result, at) = write.await.expect("joined");
+        assert!(fenced(&result), "{result:?}");
+        assert_eq!(at - started, Duration::from_secs(14));
+        assert_eq!(
+            reached.load(Ordering::SeqCst),
+            1,
+            "sent once, never answered"
+        );
+        assert_eq!(metrics.fenced().get(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_term_refuses_at_once_whatever_the_clock_says() {
+        let (exec, clock, lost, _metrics, reached) = fenced_executor(true);
+        let exec = Arc::new(exec);
+        let write = tokio::spawn({
+            let exec = exec.clone();
+            async move { exec.write(&patch()).await }
+        });
+        tokio::time::advance(Duration::from_secs(1)).await;
+        lost.cancel();
+        let result = write.await.expect("joined");
+        assert!(
+            matches!(&result, Err(kube::Error::Service(e)) if matches!(e.downcast_ref::<Fenced>(), Some(Fenced(Refusal::TermOver)))),
+            "{result:?}"
+        );
+        // A later term renewing the shared clock does not reopen this one.
+        clock.renewed(Instant::now());
+        assert!(fenced(&exec.write(&patch()).await));
+        assert_eq!(reached.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn expectations_hold_until_the_view_moves_past_our_write() {

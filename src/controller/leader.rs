@@ -4,22 +4,64 @@
 //! (so clock skew between nodes does not matter); every write carries the resourceVersion it
 //! read, so two candidates cannot both win. The decision is a pure function; [`Elector`] only
 //! does the API calls.
+//!
+//! The holder keeps a [`LeaseClock`]: valid until the start of its last successful renewal
+//! plus the renew deadline. Each renewal is bounded by the time left, so a hung request ends
+//! at the deadline and the holder steps down there; the controller's writes are fenced on the
+//! same clock ([`super::fence`]). Times are tokio's monotonic `Instant`s (tests control them).
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::Api;
 
+use super::fence::LeaseClock;
 use crate::field_manager;
 use tokio_util::sync::CancellationToken;
 
-/// Timing of the election (client-go's defaults).
+/// Timing of the election (client-go's defaults, `tools/leaderelection`).
 #[derive(Debug, Clone)]
 pub struct LeaseTiming {
+    /// How long the record must stay unchanged before another candidate takes it.
     pub lease_duration: Duration,
+    /// How long the holder acts after the start of its last successful renewal.
     pub renew_deadline: Duration,
+    /// Time between renewals, and between attempts to take the Lease.
     pub retry_period: Duration,
+}
+
+impl LeaseTiming {
+    /// client-go's rules (`NewLeaderElector`), and whole seconds for the Lease's
+    /// `leaseDurationSeconds`: the renew deadline is shorter than the lease duration (the
+    /// holder stops before another may start) and the retry period shorter than the renew
+    /// deadline (a failed renewal is retried before the deadline).
+    pub fn validate(&self) -> Result<(), String> {
+        let (duration, deadline, retry) =
+            (self.lease_duration, self.renew_deadline, self.retry_period);
+        if duration.is_zero() || duration.subsec_nanos() != 0 {
+            return Err(format!(
+                "--lease-duration must be a whole number of seconds, at least 1s (the Lease records leaseDurationSeconds), not {duration:?}"
+            ));
+        }
+        if retry.is_zero() {
+            return Err("--retry-period must be more than 0s".to_owned());
+        }
+        if deadline >= duration {
+            return Err(format!(
+                "--renew-deadline ({deadline:?}) must be shorter than --lease-duration ({duration:?}): a leader must stop writing before another replica may take the Lease"
+            ));
+        }
+        if retry >= deadline {
+            return Err(format!(
+                "--retry-period ({retry:?}) must be shorter than --renew-deadline ({deadline:?}): a failed renewal must be retried before the deadline"
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for LeaseTiming {
@@ -119,7 +161,8 @@ pub(crate) struct Elector {
     identity: String,
     timing: LeaseTiming,
     observation: Observation,
-    last_renew: Option<Instant>,
+    /// Valid until the start of the last successful renewal plus the renew deadline.
+    clock: Arc<LeaseClock>,
     status: Option<StatusAnnotations>,
     /// Where a standby says who leads, or why it cannot campaign.
     health: Option<std::sync::Arc<crate::health::Health>>,
@@ -137,13 +180,18 @@ impl Elector {
             api,
             name: name.to_owned(),
             identity: identity.to_owned(),
+            clock: Arc::new(LeaseClock::new(timing.renew_deadline)),
             timing,
             observation: Observation::default(),
-            last_renew: None,
             status: None,
             health: None,
             holder: None,
         }
+    }
+
+    /// The clock the controller's writes are fenced on.
+    pub(crate) fn clock(&self) -> Arc<LeaseClock> {
+        self.clock.clone()
     }
 
     /// Says on `health` (line `controller`) who leads, or why the Lease cannot be had.
@@ -173,8 +221,10 @@ impl Elector {
         }
     }
 
-    /// One read-decide-write round; returns whether we hold the lease afterwards.
+    /// One read-decide-write round; returns whether we hold the lease afterwards. On
+    /// success the clock runs from the round's start: a slow answer does not extend it.
     async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        let started = Instant::now();
         let lease = self.api.get_opt(&self.name).await?;
         let now = Instant::now();
         self.observation.observe(lease.as_ref(), now);
@@ -215,7 +265,7 @@ impl Elector {
         match result {
             Ok(written) => {
                 self.observation.observe(Some(&written), now);
-                self.last_renew = Some(now);
+                self.clock.renewed(started);
                 Ok(true)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
@@ -223,15 +273,24 @@ impl Elector {
         }
     }
 
-    /// Returns once we hold the lease, or `false` if `stop` was cancelled first.
+    /// Returns once we hold the lease, or `false` if `stop` was cancelled first. Each
+    /// attempt is bounded by the renew deadline: one whose answer came later is no hold.
     pub(crate) async fn acquire(&mut self, stop: &CancellationToken) -> bool {
         loop {
-            match self.try_acquire_or_renew().await {
-                Ok(true) => {
+            let attempt = tokio::select! {
+                _ = stop.cancelled() => return false,
+                attempt = tokio::time::timeout(self.timing.renew_deadline, self.try_acquire_or_renew()) => attempt,
+            };
+            match attempt {
+                Ok(Ok(true)) if !self.clock.remaining(Instant::now()).is_zero() => {
                     tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
                     return true;
                 }
-                Ok(false) => self.say(
+                Ok(Ok(true)) => {
+                    tracing::warn!(lease = %self.name, "the Lease was taken, but the answer came after the renew deadline; trying again");
+                    self.clock.revoke();
+                }
+                Ok(Ok(false)) => self.say(
                     crate::health::State::Ok,
                     format!(
                         "standby: {} leads (Lease {})",
@@ -239,11 +298,21 @@ impl Elector {
                         self.name
                     ),
                 ),
-                Err(error) => {
+                Ok(Err(error)) => {
                     tracing::warn!(%error, lease = %self.name, "lease not readable or writable");
                     self.say(
                         crate::health::State::Warning,
                         format!("cannot campaign for Lease {}: {error}", self.name),
+                    );
+                }
+                Err(_) => {
+                    tracing::warn!(lease = %self.name, deadline = ?self.timing.renew_deadline, "no answer about the lease within the renew deadline");
+                    self.say(
+                        crate::health::State::Warning,
+                        format!(
+                            "cannot campaign for Lease {}: no answer within {:?}",
+                            self.name, self.timing.renew_deadline
+                        ),
                     );
                 }
             }
@@ -254,35 +323,63 @@ impl Elector {
         }
     }
 
-    /// Renews until the lease is lost (no successful renewal within the renew deadline, or
-    /// taken over) or `stop` is cancelled. Returns `true` when stopped while still leading.
+    /// Renews every retry period until the lease is lost or `stop` is cancelled. Lost: taken
+    /// over, or no successful renewal started within the renew deadline, which is checked
+    /// when it passes, not only when a request returns (each renewal is bounded by the time
+    /// left, as client-go's `renew` bounds its retries by `RenewDeadline`). The clock is
+    /// revoked on loss. Returns `true` when stopped while still leading.
     pub(crate) async fn hold(&mut self, stop: &CancellationToken) -> bool {
         loop {
+            let next = Instant::now() + self.timing.retry_period;
+            let wake = self
+                .clock
+                .valid_until()
+                .map_or(next, |until| until.min(next));
             tokio::select! {
                 _ = stop.cancelled() => return true,
-                _ = tokio::time::sleep(self.timing.retry_period) => {}
+                () = tokio::time::sleep_until(wake) => {}
             }
-            match self.try_acquire_or_renew().await {
-                Ok(true) => continue,
-                Ok(false) => {
-                    tracing::warn!(lease = %self.name, "leadership lost to another candidate");
-                    return false;
+            let left = self.clock.remaining(Instant::now());
+            if left.is_zero() {
+                return self.step_down("renew deadline passed without a successful renewal");
+            }
+            let renewal = tokio::select! {
+                _ = stop.cancelled() => return true,
+                renewal = tokio::time::timeout(left, self.try_acquire_or_renew()) => renewal,
+            };
+            match renewal {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => return self.step_down("leadership lost to another candidate"),
+                Ok(Err(error)) => {
+                    let left = self.clock.remaining(Instant::now());
+                    tracing::warn!(%error, ?left, "lease renewal failed");
                 }
-                Err(error) => {
-                    let since = self.last_renew.map(|t| t.elapsed()).unwrap_or_default();
-                    tracing::warn!(%error, ?since, "lease renewal failed");
-                    if since >= self.timing.renew_deadline {
-                        tracing::warn!(lease = %self.name, "renew deadline passed; stepping down");
-                        return false;
-                    }
+                Err(_) => {
+                    return self.step_down("renewal unanswered at the renew deadline");
                 }
             }
         }
     }
 
+    /// Lost: the clock stops (every fenced write is refused from now on); returns false.
+    fn step_down(&self, why: &str) -> bool {
+        self.clock.revoke();
+        tracing::warn!(lease = %self.name, deadline = ?self.timing.renew_deadline, "{why}; stepping down");
+        false
+    }
+
     /// Gives the lease up so that another replica takes over at once (client-go's
     /// ReleaseOnCancel): empty holder, one-second duration.
     pub(crate) async fn release(&mut self) {
+        // Given up: nothing is written under it from here on.
+        self.clock.revoke();
+        let released = tokio::time::timeout(self.timing.renew_deadline, self.write_release());
+        if released.await.is_err() {
+            tracing::warn!(lease = %self.name, "could not release the lease: no answer");
+        }
+    }
+
+    async fn write_release(&mut self) {
         let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
             return;
         };
@@ -309,6 +406,152 @@ impl Elector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::test_api;
+    use axum::http::Method;
+    use serde_json::{Value, json};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A Lease store behind a client: GET answers the stored lease, PUT and POST store the
+    /// body, unless `put` says to hang (`None`) or fail.
+    fn lease_api(
+        holder: Option<&str>,
+        put: impl Fn(usize) -> Option<u16> + Send + Sync + 'static,
+    ) -> (Api<Lease>, Arc<AtomicUsize>) {
+        let stored: Arc<Mutex<Option<Value>>> = Arc::new(Mutex::new(holder.map(|h| {
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                   "metadata": {"name": "l", "namespace": "sa", "resourceVersion": "1"},
+                   "spec": {"holderIdentity": h, "leaseDurationSeconds": 15,
+                            "renewTime": "2030-01-01T00:00:00.000000Z"}})
+        })));
+        let puts = Arc::new(AtomicUsize::new(0));
+        let counted = puts.clone();
+        let client = test_api::client(move |method, _path, body| {
+            let mut stored = stored.lock().expect("lock");
+            if method == Method::GET {
+                return Some(match stored.as_ref() {
+                    Some(lease) => (200, lease.clone()),
+                    None => (
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+                    ),
+                });
+            }
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            match put(n) {
+                None => None,
+                Some(code) if code >= 300 => Some((
+                    code,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code}),
+                )),
+                Some(code) => {
+                    let mut lease: Value = serde_json::from_slice(body).expect("a lease");
+                    lease["metadata"]["resourceVersion"] = json!((n + 2).to_string());
+                    *stored = Some(lease.clone());
+                    Some((code, lease))
+                }
+            }
+        });
+        (Api::namespaced(client, "sa"), puts)
+    }
+
+    fn timing() -> LeaseTiming {
+        LeaseTiming::default()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_renewal_ends_the_hold_at_the_renew_deadline() {
+        // The acquisition is answered; every renewal after it hangs.
+        let (api, puts) = lease_api(None, |n| (n == 0).then_some(201));
+        let mut elector = Elector::new(api, "l", "a", timing());
+        let stop = CancellationToken::new();
+        let started = Instant::now();
+        assert!(elector.acquire(&stop).await);
+        let clock = elector.clock();
+        assert_eq!(clock.valid_until(), Some(started + Duration::from_secs(10)));
+        assert!(!elector.hold(&stop).await, "lost");
+        assert_eq!(
+            Instant::now() - started,
+            Duration::from_secs(10),
+            "at the deadline"
+        );
+        assert_eq!(clock.valid_until(), None, "revoked");
+        assert_eq!(
+            puts.load(Ordering::SeqCst),
+            2,
+            "one renewal sent, never answered"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_renewals_are_retried_until_the_deadline_then_the_hold_ends() {
+        let (api, puts) = lease_api(None, |n| Some(if n == 0 { 201 } else { 500 }));
+        let mut elector = Elector::new(api, "l", "a", timing());
+        let stop = CancellationToken::new();
+        let started = Instant::now();
+        assert!(elector.acquire(&stop).await);
+        assert!(!elector.hold(&stop).await);
+        assert_eq!(Instant::now() - started, Duration::from_secs(10));
+        // Renewals at 2, 4, 6 and 8 s, each failing; none at the deadline.
+        assert_eq!(puts.load(Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_keep_the_clock_running_and_a_stop_keeps_the_lease_for_release() {
+        let (api, _) = lease_api(Some("a"), |_| Some(200));
+        let mut elector = Elector::new(api, "l", "a", timing());
+        let stop = CancellationToken::new();
+        assert!(elector.acquire(&stop).await);
+        let clock = elector.clock();
+        let holding = tokio::spawn({
+            let stop = stop.clone();
+            async move { elector.hold(&stop).await }
+        });
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        // Renewed every 2 s: never more than 2 s old.
+        assert!(clock.remaining(Instant::now()) >= Duration::from_secs(8));
+        stop.cancel();
+        assert!(holding.await.expect("joined"), "stopped while leading");
+        assert!(clock.valid_until().is_some(), "still held, for release");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_taken_over_ends_the_hold_at_once() {
+        let (api, _) = lease_api(None, |n| Some(if n == 0 { 201 } else { 409 }));
+        let mut elector = Elector::new(api, "l", "a", timing());
+        let stop = CancellationToken::new();
+        let started = Instant::now();
+        assert!(elector.acquire(&stop).await);
+        assert!(!elector.hold(&stop).await);
+        assert_eq!(
+            Instant::now() - started,
+            Duration::from_secs(2),
+            "at the first renewal"
+        );
+        assert_eq!(elector.clock().valid_until(), None);
+    }
+
+    #[test]
+    fn timings_follow_client_go_rules() {
+        let t = |d: u64, r: u64, p: u64| LeaseTiming {
+            lease_duration: Duration::from_millis(d),
+            renew_deadline: Duration::from_millis(r),
+            retry_period: Duration::from_millis(p),
+        };
+        assert!(LeaseTiming::default().validate().is_ok());
+        assert!(t(2000, 1500, 200).validate().is_ok());
+        for (bad, says) in [
+            (t(15_000, 15_000, 2000), "--renew-deadline"),
+            (t(15_000, 20_000, 2000), "--renew-deadline"),
+            (t(15_000, 10_000, 10_000), "--retry-period"),
+            (t(15_000, 10_000, 0), "--retry-period"),
+            (t(1500, 1000, 200), "whole number of seconds"),
+            (t(0, 0, 0), "--lease-duration"),
+        ] {
+            let error = bad.validate().expect_err("refused");
+            assert!(error.contains(says), "{error}");
+        }
+    }
 
     fn lease(holder: Option<&str>, renew: &str, duration: i32, transitions: i32) -> Lease {
         Lease {

@@ -12,11 +12,14 @@ pub(crate) mod context;
 pub mod convergence;
 pub(crate) mod default_class;
 pub mod executor;
+pub mod fence;
 pub(crate) mod leader;
 pub mod max_unavailable;
 pub(crate) mod metrics;
 pub(crate) mod sets;
 pub(crate) mod snapshot;
+#[cfg(test)]
+pub(crate) mod test_api;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,10 +161,16 @@ impl Controller {
     }
 
     /// Campaigns for the Lease and runs the features while leading, until `stop`; then
-    /// finishes in-flight work and releases the Lease. `view` must hold the controller's kinds
+    /// finishes in-flight work and releases the Lease. A term whose Lease is lost (taken over,
+    /// or not renewed by the renew deadline) is fenced and its work in flight dropped, and
+    /// the campaign starts again. `view` must hold the controller's kinds
     /// (pods and the journals of the controller's namespace: see
     /// [`watch::from_cluster`](crate::cluster::watch::from_cluster)); every feature reads it.
     pub async fn run(self, client: Client, view: ClusterView, stop: CancellationToken) {
+        if let Err(why) = self.config.timing.validate() {
+            tracing::error!(%why, "controller not started: its Lease timings are inconsistent");
+            return;
+        }
         if view.journal_namespace() != Some(self.config.namespace.as_str()) {
             tracing::error!(
                 namespace = %self.config.namespace,
@@ -224,12 +233,21 @@ impl Controller {
             }
             self.leading(true);
             let term = stop.child_token();
+            // Cancelled when this term is lost: its writes are refused from then on, even if
+            // a later term renews the clock.
+            let lost = CancellationToken::new();
+            let fence = Arc::new(fence::Fence::new(
+                elector.clock(),
+                lost.clone(),
+                self.actions.fenced(),
+            ));
             let exec = executor::Executor::new(
                 client.clone(),
                 self.config.mode,
                 &self.config.identity,
                 self.actions.clone(),
-            );
+            )
+            .with_fence(fence);
             let ctx = Arc::new(Ctx::new(
                 client.clone(),
                 self.config.clone(),
@@ -247,9 +265,20 @@ impl Controller {
                 term.clone(),
             )));
             let stopped_while_leading = elector.hold(&stop).await;
+            if !stopped_while_leading {
+                // Lost: what is in flight is dropped at its next await, not waited for (the
+                // fence refuses it anyway); the next campaign starts at once.
+                lost.cancel();
+                features.0.abort();
+            }
+            // Stopped: the features finish their step under a Lease still valid, then it is
+            // released.
             term.cancel();
-            if let Err(error) = (&mut features.0).await {
-                tracing::error!(%error, "controller features ended abnormally");
+            match (&mut features.0).await {
+                Err(error) if !error.is_cancelled() => {
+                    tracing::error!(%error, "controller features ended abnormally");
+                }
+                _ => {}
             }
             self.leading(false);
             if stopped_while_leading {

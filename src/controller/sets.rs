@@ -121,8 +121,10 @@ fn route(view: &ClusterView, keys: &mut Keys, change: Change) -> Vec<ObjectRef<S
             keys.relist(view);
             keys.all()
         }
-        // A class decides which claims can expand; a relist may hide any change.
-        Change::StorageClass(_) | Change::Relisted(_) => keys.all(),
+        // A class decides which claims can expand; a relist may hide any change; a watch
+        // that is back after failing: what failed meanwhile is tried again now, not after
+        // its backoff.
+        Change::StorageClass(_) | Change::Relisted(_) | Change::Resumed(_) => keys.all(),
         // A namespace's opt-out label.
         Change::Namespace(namespace) => view
             .stateful_sets_in(&namespace)
@@ -263,7 +265,13 @@ async fn reconcile(key: Arc<SetKey>, runner: Arc<Runner>) -> Result<Action, Erro
         runner.backoff.succeeded(&backoff_key(&key));
         return Ok(Action::await_change());
     };
-    let result = reconcile_set(set, &runner).await;
+    // The term's fence closing (the Lease lost, or not renewed by its deadline) cancels the
+    // reconcile at its current await: it makes no further write.
+    let result = tokio::select! {
+        biased;
+        () = runner.ctx.exec.closed() => return Ok(Action::await_change()),
+        result = reconcile_set(set, &runner) => result,
+    };
     if result.is_ok() {
         runner.backoff.succeeded(&backoff_key(&key));
     }
@@ -390,6 +398,7 @@ mod tests {
         assert_eq!(route(Change::StorageClass("gold".into())), all);
         assert_eq!(route(Change::Relisted(Kind::Pod)), all);
         assert_eq!(route(Change::Relisted(Kind::Claim)), all);
+        assert_eq!(route(Change::Resumed(Kind::Pod)), all);
     }
 
     #[test]

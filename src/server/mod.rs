@@ -125,6 +125,7 @@ impl Server {
         } = self;
         let readiness = Arc::new(probes::Readiness::default());
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
+        view.register_metrics(&mut registry);
         let stop_accepting = CancellationToken::new();
         let stop_background = CancellationToken::new();
 

@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
-use crate::cluster::{ClusterView, Kind};
+use crate::cluster::{ClusterView, Kind, Stale};
 use crate::health::Health;
 
 /// Ready means: the TLS listener is bound, the kinds the webhook's verdicts read
@@ -91,6 +91,7 @@ async fn readyz(
         lines.push("[-]shutdown: draining, no new requests".to_owned());
     }
     lines.extend(view_lines(&state.view.sync_status()));
+    lines.extend(stale_lines(&state.view.stale()));
     for part in state.health.parts() {
         lines.push(format!(
             "{}{} {}",
@@ -148,6 +149,24 @@ pub(crate) fn view_lines(status: &[(Kind, bool)]) -> Vec<String> {
     lines
 }
 
+/// While watches fail: how stale the view is, and why. A warning (`[!]`), not unreadiness:
+/// the webhook keeps answering from what it holds; `check` shows the line.
+pub(crate) fn stale_lines(stale: &[Stale]) -> Vec<String> {
+    let Some(oldest) = stale.iter().max_by_key(|s| s.age) else {
+        return Vec::new();
+    };
+    let kinds = stale
+        .iter()
+        .map(|s| s.kind.plural())
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![format!(
+        "[!]view stale: {kinds} not refreshed for {}s, the apiserver unreachable or refusing the watch ({}); answering from what was last seen",
+        oldest.age.as_secs(),
+        crate::text::clip(&oldest.error, 200)
+    )]
+}
+
 async fn metrics(State(state): State<Arc<ProbeState>>) -> impl IntoResponse {
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
@@ -170,6 +189,29 @@ async fn metrics(State(state): State<Arc<ProbeState>>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stale_view_is_one_warning_line_with_its_age_and_error() {
+        assert!(stale_lines(&[]).is_empty());
+        let lines = stale_lines(&[
+            Stale {
+                kind: Kind::StatefulSet,
+                age: std::time::Duration::from_millis(27_400),
+                error: "failed to start watching object: connection refused".into(),
+            },
+            Stale {
+                kind: Kind::Pod,
+                age: std::time::Duration::from_secs(3),
+                error: "watch stream failed: connection reset".into(),
+            },
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "[!]view stale: statefulsets, pods not refreshed for 27s, the apiserver unreachable or refusing the watch (failed to start watching object: connection refused); answering from what was last seen"
+            ]
+        );
+    }
 
     #[test]
     fn ready_only_when_bound_and_synced_and_not_draining() {

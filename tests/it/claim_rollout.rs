@@ -19,10 +19,10 @@ use crate::support::controller::{
 };
 use crate::support::fake_apiserver::{FakeApiServer, RecordedRequest, ResourceType, WatchSelector};
 
-const NS: &str = "db";
-const JOURNAL: &str = "sa-journal.db.web";
+pub(crate) const NS: &str = "db";
+pub(crate) const JOURNAL: &str = "sa-journal.db.web";
 
-fn features(converge: bool) -> Features {
+pub(crate) fn features(converge: bool) -> Features {
     Features {
         claim_rollout: true,
         converge,
@@ -30,7 +30,7 @@ fn features(converge: bool) -> Features {
     }
 }
 
-fn fast(identity: &str, features: Features) -> ControllerConfig {
+pub(crate) fn fast(identity: &str, features: Features) -> ControllerConfig {
     ControllerConfig {
         converge_poll: Duration::from_millis(100),
         resync: Duration::from_secs(1),
@@ -46,7 +46,7 @@ fn template(storage: &str, class: &str) -> Value {
 
 /// A set as Helm would install it, with `extra` annotations (policy, budget) and the desired
 /// templates recorded as the webhook records them.
-fn set(
+pub(crate) fn set(
     name: &str,
     replicas: u32,
     class: &str,
@@ -103,13 +103,13 @@ fn pod(set_uid: &str, set: &str, ordinal: u32) -> Value {
            "status": {"phase": "Running"}})
 }
 
-fn class(name: &str, expandable: bool) -> Value {
+pub(crate) fn class(name: &str, expandable: bool) -> Value {
     json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
            "provisioner": "csi.example.com", "allowVolumeExpansion": expandable})
 }
 
 /// A set, its pods and claims; returns the set's uid.
-fn install(api: &FakeApiServer, set_json: Value, replicas: u32, class: &str) -> String {
+pub(crate) fn install(api: &FakeApiServer, set_json: Value, replicas: u32, class: &str) -> String {
     let stored = api.put_object(set_json);
     let name = stored["metadata"]["name"]
         .as_str()
@@ -123,7 +123,7 @@ fn install(api: &FakeApiServer, set_json: Value, replicas: u32, class: &str) -> 
     uid
 }
 
-fn storage(c: &PersistentVolumeClaim) -> (String, String) {
+pub(crate) fn storage(c: &PersistentVolumeClaim) -> (String, String) {
     let spec = c
         .spec
         .as_ref()
@@ -142,7 +142,7 @@ fn storage(c: &PersistentVolumeClaim) -> (String, String) {
     (spec, cap)
 }
 
-fn updating(api: &FakeApiServer, set: &str) -> Vec<String> {
+pub(crate) fn updating(api: &FakeApiServer, set: &str) -> Vec<String> {
     api.list::<PersistentVolumeClaim>()
         .into_iter()
         .filter(|c| {
@@ -160,7 +160,7 @@ fn updating(api: &FakeApiServer, set: &str) -> Vec<String> {
 }
 
 /// The simulated resizer: the volume reaches the requested size.
-fn complete_expansion(api: &FakeApiServer, name: &str) {
+pub(crate) fn complete_expansion(api: &FakeApiServer, name: &str) {
     let mut c = api
         .get_object(
             crate::support::fake_apiserver::ResourceType::of::<PersistentVolumeClaim>(),
@@ -472,18 +472,18 @@ struct Crash {
     reached: fn(&FakeApiServer, &str) -> bool,
 }
 
-fn journal_step(api: &FakeApiServer) -> Option<String> {
+pub(crate) fn journal_step(api: &FakeApiServer) -> Option<String> {
     api.get::<ConfigMap>(CONTROLLER_NAMESPACE, JOURNAL)
         .and_then(|j| j.metadata.annotations)
         .and_then(|a| a.get(names::JOURNAL_STEP).cloned())
 }
 
-fn set_uid(api: &FakeApiServer, name: &str) -> Option<String> {
+pub(crate) fn set_uid(api: &FakeApiServer, name: &str) -> Option<String> {
     api.get::<StatefulSet>(NS, name)
         .and_then(|s| s.metadata.uid)
 }
 
-fn converged(api: &FakeApiServer) -> bool {
+pub(crate) fn converged(api: &FakeApiServer) -> bool {
     api.get::<ConfigMap>(CONTROLLER_NAMESPACE, JOURNAL)
         .is_none()
         && api.get::<StatefulSet>(NS, "web").is_some_and(|s| {

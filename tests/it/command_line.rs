@@ -430,3 +430,57 @@ fn serve_without_a_cluster(args: &[&str]) -> std::process::Output {
         .output()
         .expect("binary runs")
 }
+
+/// The Lease timings are checked together, as client-go checks them: a leader must stop
+/// writing before another may take the Lease. A bad combination is a usage error (exit 2),
+/// before anything starts; the environment is read alike.
+#[test]
+fn inconsistent_lease_timings_are_a_usage_error() {
+    for (args, env, says) in [
+        (
+            &["--lease-duration", "10s", "--renew-deadline", "10s"][..],
+            &[][..],
+            "--renew-deadline (10s) must be shorter than --lease-duration (10s)",
+        ),
+        (
+            &["--retry-period", "10s"][..],
+            &[][..],
+            "--retry-period (10s) must be shorter than --renew-deadline (10s)",
+        ),
+        (
+            &[][..],
+            &[("STATEFUL_ADMISSION_RENEW_DEADLINE", "20s")][..],
+            "--renew-deadline (20s) must be shorter than --lease-duration (15s)",
+        ),
+        (
+            &[
+                "--lease-duration",
+                "1500ms",
+                "--renew-deadline",
+                "1s",
+                "--retry-period",
+                "200ms",
+            ][..],
+            &[][..],
+            "--lease-duration must be a whole number of seconds",
+        ),
+        (
+            &["--watch-reconnect-max-delay", "0s"][..],
+            &[][..],
+            "must be more than 0s",
+        ),
+    ] {
+        let run = Command::new(BIN)
+            .args(["serve", "--self-signed"])
+            .args(args)
+            .envs(env.iter().copied())
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null())
+            .output()
+            .expect("binary runs");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

@@ -20,12 +20,14 @@ mod default_class_controller;
 mod docs;
 mod executor;
 mod fake_apiserver_tests;
+mod fencing;
 #[path = "../../fuzz/harness.rs"]
 mod fuzz_harness;
 mod fuzz_replay;
 mod gitops_loop;
 mod max_unavailable_driver;
 mod monitoring;
+mod outage;
 mod review_cli;
 mod robustness;
 mod scale;

@@ -37,6 +37,8 @@ fn repo_file(path: &str) -> PathBuf {
 fn families() -> BTreeSet<(String, String)> {
     let mut registry = Registry::with_prefix("stateful_admission");
     Metrics::register(&mut registry);
+    // As `serve` registers the view's staleness beside the webhook's metrics.
+    stateful_admission::cluster::ClusterView::empty().register_metrics(&mut registry);
     certs::self_managed::Metrics::register(&mut registry);
     // The capability prober, on every replica.
     let _ = stateful_admission::capabilities::run::Prober::new(

@@ -226,12 +226,16 @@ impl Convergence {
                 if ctx.view.has_stateful_set(&namespace, &name) {
                     continue;
                 }
+                if ctx.exec.is_closed() {
+                    return;
+                }
                 if let Err(error) = self.converge(&ctx, &namespace, &name).await {
                     tracing::warn!(%error, %namespace, %name, "converge step failed");
                 }
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
+                () = ctx.exec.closed() => return,
                 _ = tokio::time::sleep(poll) => {}
             }
         }

@@ -176,6 +176,7 @@ async fn run(metrics: &RetroactiveDefaultClass, ctx: Arc<Ctx>, stop: Cancellatio
         let trigger = tokio::select! {
             biased;
             () = stop.cancelled() => return,
+            () = ctx.exec.closed() => return,
             change = changes.recv() => match change {
                 None => return,
                 Some(change) => worker.absorb(change),
@@ -215,6 +216,8 @@ impl Worker<'_> {
                 self.candidates.rebuild(&self.view);
                 Trigger::All
             }
+            // A watch back after failing: what failed meanwhile is tried again now.
+            Change::Resumed(Kind::Claim | Kind::StorageClass | Kind::Namespace) => Trigger::All,
             // Any class change may change the cluster default for every namespace.
             Change::StorageClass(_) | Change::Relisted(Kind::StorageClass | Kind::Namespace) => {
                 Trigger::All
@@ -223,7 +226,8 @@ impl Worker<'_> {
             Change::StatefulSet { .. }
             | Change::Pod { .. }
             | Change::Journal { .. }
-            | Change::Relisted(_) => Trigger::Nothing,
+            | Change::Relisted(_)
+            | Change::Resumed(_) => Trigger::Nothing,
         }
     }
 
@@ -241,6 +245,10 @@ impl Worker<'_> {
             Trigger::All => self.candidates.index.keys().cloned().collect(),
         };
         for key in keys {
+            // The fence closed: nothing more is written this term.
+            if self.ctx.exec.is_closed() {
+                return;
+            }
             self.reconcile(&key).await;
         }
     }
@@ -282,6 +290,8 @@ impl Worker<'_> {
                 return;
             }
             Ok(Outcome2::Done(_)) => Ok(()),
+            // Not sent: no attempt to count; the next term looks again.
+            Err(e) if super::fence::is_fenced(&e) => return,
             Err(e) => Err(e),
         };
         metrics.attempts.inc();

@@ -43,13 +43,32 @@ pub fn config(identity: &str, features: Features) -> ControllerConfig {
     }
 }
 
-/// A client for `api` as `serve` builds one: with the project's user agent.
+/// A client for `api` as `serve` builds one: with the project's user agent, without kube's
+/// retry layer.
 pub fn client(api: &FakeApiServer) -> kube::Client {
+    client_with_agent(api, stateful_admission::field_manager::USER_AGENT)
+}
+
+/// [`client`], its user agent naming `identity` after the project's
+/// (`stateful-admission/<version> (replica-a)`), so that the fake's write records tell
+/// replicas apart.
+pub fn client_as(api: &FakeApiServer, identity: &str) -> kube::Client {
+    client_with_agent(
+        api,
+        &format!(
+            "{} ({identity})",
+            stateful_admission::field_manager::USER_AGENT
+        ),
+    )
+}
+
+fn client_with_agent(api: &FakeApiServer, agent: &str) -> kube::Client {
     let mut config = kube::Config::new(api.url().parse().expect("the server URL is a URI"));
     config.default_namespace = "default".into();
+    config.default_retry = false;
     config.headers.push((
         axum::http::header::USER_AGENT,
-        axum::http::HeaderValue::from_static(stateful_admission::field_manager::USER_AGENT),
+        axum::http::HeaderValue::from_str(agent).expect("a header value"),
     ));
     kube::Client::try_from(config).expect("a kube client for the fake API server")
 }
@@ -61,6 +80,14 @@ pub fn prober() -> capabilities::run::Settings {
         namespace: CONTROLLER_NAMESPACE.to_owned(),
         ..capabilities::run::Settings::default()
     }
+}
+
+/// Whether a write record is `identity`'s (see [`client_as`]).
+pub fn written_by(record: &super::fake_apiserver::WriteRecord, identity: &str) -> bool {
+    record
+        .user_agent
+        .as_deref()
+        .is_some_and(|agent| agent.ends_with(&format!("({identity})")))
 }
 
 /// A controller running on its own task, with its own view and metrics, beside a capability
@@ -83,7 +110,7 @@ impl RunningController {
         config: ControllerConfig,
         prober: capabilities::run::Settings,
     ) -> Self {
-        let client = client(api);
+        let client = client_as(api, &config.identity);
         let stop = CancellationToken::new();
         let (view, driver) = watch::from_cluster(client.clone(), Some(CONTROLLER_NAMESPACE));
         let driver_stop = stop.clone();
@@ -132,6 +159,58 @@ impl RunningController {
     pub fn kill(self) {
         self.handle.abort();
         self.probing.abort();
+    }
+
+    /// The value of a counter or gauge without labels (0 when absent).
+    pub fn metric(&self, name: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+/// A controller in a process of its own, as far as time goes: its own single-threaded
+/// runtime on its own thread, which [`Isolated::freeze`] stops as SIGSTOP stops a process
+/// (timers, connections and tasks all wait; the monotonic clock goes on).
+pub struct Isolated {
+    pub controller: RunningController,
+    runtime: tokio::runtime::Handle,
+    _done: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Isolated {
+    pub fn start(api: &FakeApiServer, config: ControllerConfig) -> Self {
+        let (started, controller) = std::sync::mpsc::channel();
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        let api = api.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let controller = RunningController::start(&api, config);
+                let _ = started.send((controller, tokio::runtime::Handle::current()));
+                let _ = finished.await;
+            });
+        });
+        let (controller, runtime) = controller.recv().expect("the controller started");
+        Self {
+            controller,
+            runtime,
+            _done: done,
+        }
+    }
+
+    /// Freezes the whole runtime for `duration`; returns once it is frozen.
+    pub async fn freeze(&self, duration: Duration) {
+        let (frozen, is_frozen) = tokio::sync::oneshot::channel();
+        self.runtime.spawn(async move {
+            let _ = frozen.send(());
+            std::thread::sleep(duration);
+        });
+        is_frozen.await.expect("the runtime froze");
     }
 }
 

@@ -64,7 +64,8 @@
 //!   other propagation policies are only recorded: dependents are never deleted;
 //! - `dryRun=All` validates (and admits) and answers without storing;
 //! - `/version` and `SelfSubjectAccessReview` ([`authz`]) with a policy and an impersonation
-//!   switch the test sets.
+//!   switch the test sets;
+//! - outages ([`outage`]): every connection reset for a while, then the same server again.
 //!
 //! Not modelled: authentication (impersonation headers only name the user webhooks see, with
 //! `Impersonate-Uid` and `Impersonate-Extra-*`), namespace lifecycle (objects may be created
@@ -84,6 +85,7 @@ mod errors;
 mod events;
 mod http;
 pub mod managed_fields;
+mod outage;
 mod pagination;
 pub mod profile;
 mod registry;
@@ -283,6 +285,8 @@ struct Shared {
     shutdown: signal::Sender<bool>,
     /// Bumped to end every open watch (clients reconnect).
     disconnect: signal::Sender<u64>,
+    /// Whether the server is in an outage ([`outage`]).
+    outage: outage::Outage,
 }
 
 /// A test must not be wedged by a panic in another test thread holding a lock.
@@ -375,6 +379,7 @@ impl FakeApiServer {
             traffic: traffic::Traffic::new(),
             shutdown: signal::channel(false).0,
             disconnect: signal::channel(0).0,
+            outage: outage::Outage::default(),
         });
         let server = Self {
             shared: Arc::clone(&shared),
@@ -393,6 +398,7 @@ impl FakeApiServer {
             .expect("local address of the listener");
         let mut shutdown = shared.shutdown.subscribe();
         let app = http::router(Arc::clone(&shared));
+        let listener = outage::Listener::new(listener, shared.outage.clone());
         tokio::spawn(async move {
             let stopped = async move {
                 let _ = shutdown.wait_for(|down| *down).await;

@@ -96,6 +96,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
             Arc::clone(&shared),
             log_and_inject,
         ))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            super::outage::cut_in_flight,
+        ))
         .with_state(shared)
 }
 
@@ -141,6 +145,14 @@ async fn log_and_inject(
     if let Some((arrived, mut released)) = held {
         arrived.send_modify(|waiting| *waiting += 1);
         let _ = released.wait_for(|go| *go).await;
+        // Released after an outage began: it went down with the apiserver.
+        if parts
+            .extensions
+            .get::<super::outage::ArrivedIn>()
+            .is_some_and(super::outage::ArrivedIn::is_cut)
+        {
+            return ApiError::injected(503).into_response();
+        }
     }
     let injected = take_fault(&mut shared.faults(), parts.method.as_str(), &path_and_query);
     let response = match injected {
