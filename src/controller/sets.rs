@@ -215,9 +215,40 @@ pub(crate) async fn run(
         },
     )
     .flatten();
+    // Every set again when what the cluster does for claims changes (a class it starts to
+    // keep rolls out then; a lowered request it starts to accept is sent then).
+    let facts = futures::stream::unfold(
+        (
+            ctx.capabilities.subscribe(),
+            store.clone(),
+            crate::controller::claim_rollout::plan::ClusterFacts::of(&ctx.capabilities.get()),
+        ),
+        |(mut changes, store, mut before)| async move {
+            loop {
+                changes.changed().await.ok()?;
+                let now = crate::controller::claim_rollout::plan::ClusterFacts::of(
+                    &changes.borrow_and_update(),
+                );
+                if now != before {
+                    before = now;
+                    break;
+                }
+            }
+            let refs: Vec<ObjectRef<SetKey>> = store
+                .state()
+                .iter()
+                .map(|k| ObjectRef::from_obj(k.as_ref()))
+                .collect();
+            Some((futures::stream::iter(refs), (changes, store, before)))
+        },
+    )
+    .flatten();
     // Ending the queue lets reconciles in flight finish, then ends the applier.
     let queue = futures::stream::iter(first)
-        .chain(futures::stream::select(followed, learned))
+        .chain(futures::stream::select(
+            followed,
+            futures::stream::select(learned, facts),
+        ))
         .map(Ok::<_, Infallible>)
         .take_until(stop.clone().cancelled_owned());
     let runner = Arc::new(Runner {

@@ -89,6 +89,23 @@ pub(crate) fn judge(set: &SetStatus, now: Timestamp, grace: Duration) -> Verdict
     let open = c.updating + c.pending + c.waiting + c.incompatible + c.failed;
     let converged = set.convergence.phase == ConvergencePhase::None;
     if converged && (!set.claims_awaited || open == 0) {
+        // Everything else is done: a recorded class change the cluster cannot apply has
+        // failed (it never will be applied as things are); a class the template had all along
+        // is said, not awaited.
+        if let Some((template, class)) = set
+            .classes_not_applied()
+            .into_iter()
+            .find(|(_, c)| c.changed)
+        {
+            return verdict(
+                Outcome::Failed,
+                "VolumeAttributesClassNotApplied",
+                format!(
+                    "template {template}: volumeAttributesClassName {:?} cannot be applied: {}; everything else of the rollout is done",
+                    class.name, class.reason
+                ),
+            );
+        }
         return verdict(Outcome::Done, "RolloutComplete", done_message(set));
     }
     if let Some(failed) = failure(set) {
@@ -133,6 +150,12 @@ fn done_message(set: &SetStatus) -> String {
         text.push_str(&format!(
             "; {} not bound yet, asking for the template's size",
             c.provisioning
+        ));
+    }
+    for (template, class) in set.classes_not_applied() {
+        text.push_str(&format!(
+            "; template {template}'s volumeAttributesClassName {:?} is not on its claims: {}",
+            class.name, class.reason
         ));
     }
     text

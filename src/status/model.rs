@@ -267,6 +267,25 @@ pub(crate) struct SetStatus {
     pub verdict: Verdict,
 }
 
+impl SetStatus {
+    /// Each template's class that the controller found the cluster cannot apply to claims, as
+    /// it recorded it: `(template, class)`.
+    pub(crate) fn classes_not_applied(
+        &self,
+    ) -> Vec<(&str, &crate::controller::claim_rollout::status::ClassStatus)> {
+        self.recorded_claim_status
+            .iter()
+            .flatten()
+            .filter_map(|t| {
+                t.volume_attributes_class
+                    .as_ref()
+                    .filter(|c| !c.applied)
+                    .map(|c| (t.name.as_str(), c))
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct TemplateChange {
@@ -756,7 +775,19 @@ fn present(
         .unwrap_or(0);
     let ordinals: Vec<u32> =
         (start..start.saturating_add(u32::try_from(replicas).unwrap_or(0))).collect();
-    let (rollout, policy_error) = claims::rollout_settings(set, ordinals.len());
+    let (mut rollout, policy_error) = claims::rollout_settings(set, ordinals.len());
+    let recorded_claim_status: Option<Vec<TemplateStatus>> = annotations
+        .and_then(|a| a.get(names::VOLUME_CLAIM_STATUS))
+        .and_then(|s| serde_json::from_str(s).ok());
+    // The controller found the cluster dropping claims' classes: as it does, no claim waits
+    // for one (the set says which class is not applied, and why).
+    if recorded_claim_status.iter().flatten().any(|t| {
+        t.volume_attributes_class
+            .as_ref()
+            .is_some_and(|c| !c.applied)
+    }) {
+        rollout.cluster.claim_volume_attributes_class = Some(false);
+    }
     let in_place = rollout.policy == ClaimUpdatePolicy::InPlace;
 
     let (changes, mut desired_templates_error) = changes(set, desired_raw.map(String::as_str));
@@ -932,9 +963,6 @@ fn present(
     } else {
         events.refusal(&namespace, &name, uid.as_deref(), change_recorded_at)
     };
-    let recorded_claim_status = annotations
-        .and_then(|a| a.get(names::VOLUME_CLAIM_STATUS))
-        .and_then(|s| serde_json::from_str(s).ok());
     SetStatus {
         events: events.about(&namespace, &name, &claim_uids),
         max_unavailable: max_unavailable_of(set, events),

@@ -134,6 +134,13 @@ fn cells(set: &SetStatus, options: TableOptions, now: Timestamp) -> Vec<String> 
     if change.is_empty() {
         change = change_text(&following(set));
     }
+    let not_applied = not_applied_text(set);
+    if !not_applied.is_empty() {
+        if !change.is_empty() {
+            change.push_str("; ");
+        }
+        change.push_str(&not_applied);
+    }
     cells.push(or_dash(change));
     cells.push(if present {
         claims_text(&set.claims)
@@ -305,6 +312,15 @@ pub(crate) fn following(set: &SetStatus) -> Vec<TemplateChange> {
     out
 }
 
+/// `data: class "gold" not applied`: each template's class the cluster cannot apply.
+fn not_applied_text(set: &SetStatus) -> String {
+    set.classes_not_applied()
+        .into_iter()
+        .map(|(template, class)| format!("{template}: class {} not applied", class.name))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// `2/3 (1 updating, 1 over-sized)`: compatible of existing claims, then what else there is.
 pub(crate) fn claims_text(c: &ClaimCounts) -> String {
     if c.total == 0 && c.missing == 0 {
@@ -455,6 +471,22 @@ pub(crate) fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String 
         (true, true, true) => "none recorded".to_owned(),
     };
     field(&mut out, "Change", change);
+    for (template, class) in set.classes_not_applied() {
+        field(
+            &mut out,
+            "Not applied",
+            format!(
+                "{template}: volumeAttributesClassName {:?}: {}{}",
+                class.name,
+                class.reason,
+                if class.changed {
+                    " (a recorded change: it fails once the rest is done)"
+                } else {
+                    " (in the template all along: reported, not awaited)"
+                }
+            ),
+        );
+    }
     if let Some(why) = &set.desired_templates_error {
         field(&mut out, "Refused", why.clone());
     }
@@ -1171,6 +1203,14 @@ mod documented {
                 updating: 0,
                 over_sized: 0,
                 total_capacity: "1Gi".into(),
+                volume_attributes_class: Some(
+                    crate::controller::claim_rollout::status::ClassStatus {
+                        name: "x".into(),
+                        applied: false,
+                        changed: true,
+                        reason: "x".into(),
+                    },
+                ),
             },
         ]);
         set.convergence.journal = Some("x".into());

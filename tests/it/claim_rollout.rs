@@ -1074,3 +1074,160 @@ async fn observe_mode_reports_every_planned_write_and_makes_none() {
     assert!(!metrics.contains("result=\"done\""), "{metrics}");
     controller.stop().await;
 }
+
+/// Where the cluster drops a claim's `volumeAttributesClassName` (the VolumeAttributesClass
+/// gate off: 1.29–1.33 by default): a recorded change of size and class rolls the size out
+/// within the budget, never patches for the class nor waits for it, records the class as not
+/// applied (a change) in the claim status, says it once in an Event; and once the cluster
+/// keeps classes (learned again on a `/version` change), the class rolls out too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_class_the_cluster_drops_never_stalls_the_rollout_and_rolls_out_once_kept() {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| {
+        c.drop_claim_volume_attributes_class = true;
+        c.git_version = "v1.32.0".to_owned();
+    });
+    api.put_object(class("fast", true));
+    let with_class = |mut t: Value, vac: &str| {
+        t["spec"]["volumeAttributesClassName"] = json!(vac);
+        t
+    };
+    let mut vo = set(
+        "vo",
+        2,
+        "fast",
+        None,
+        &[(names::VOLUME_CLAIM_UPDATE_POLICY, "InPlace")],
+    );
+    vo["spec"]["volumeClaimTemplates"] = json!([with_class(template("1Gi", "fast"), "e2e-fast")]);
+    vo["metadata"]["annotations"][names::DESIRED_VOLUME_CLAIM_TEMPLATES] = json!(
+        desired_annotation(&[with_class(template("2Gi", "fast"), "e2e-faster")])
+            .expect("annotation")
+    );
+    install(&api, vo, 2, "fast");
+    let controller = RunningController::start_with(
+        &api,
+        fast("a", features(true)),
+        stateful_admission::capabilities::run::Settings {
+            version_check: Duration::from_millis(200),
+            ..crate::support::controller::prober()
+        },
+    );
+    // Both claims grow at once (budget 1 each replica... maxUnavailable defaults to 1: one at
+    // a time), never for the class.
+    for round in 0..2 {
+        assert!(
+            eventually(Duration::from_secs(20), || updating(&api, "vo").len() == 1).await,
+            "round {round}: {:?}",
+            updating(&api, "vo")
+        );
+        let name = updating(&api, "vo").remove(0);
+        complete_expansion(&api, &name);
+    }
+    let claims: Vec<PersistentVolumeClaim> = api.list();
+    assert!(
+        claims.iter().all(|c| storage(c).0 == "2Gi"
+            && c.spec
+                .as_ref()
+                .and_then(|s| s.volume_attributes_class_name.as_ref())
+                .is_none()),
+        "{claims:?}"
+    );
+    let class_patches = || {
+        api.writes()
+            .into_iter()
+            .filter(|w| {
+                w.method == "PATCH"
+                    && w.path.contains("/persistentvolumeclaims/")
+                    && !w.is_dry_run()
+            })
+            .filter(|w| {
+                w.body
+                    .as_ref()
+                    .is_some_and(|b| b.pointer("/spec/volumeAttributesClassName").is_some())
+            })
+            .count()
+    };
+    assert_eq!(class_patches(), 0, "no patch the apiserver would drop");
+    // The live set carries the templates; its claim status says the class is not applied.
+    let recorded_class = || {
+        api.get::<StatefulSet>(NS, "vo")
+            .and_then(|s| s.metadata.annotations)
+            .and_then(|a| a.get(names::VOLUME_CLAIM_STATUS).cloned())
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+            .and_then(|s| s.pointer("/0/volumeAttributesClass").cloned())
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || recorded_class().is_some_and(
+            |c| c["changed"] == json!(true) && c["applied"] == json!(false)
+        ))
+        .await,
+        "{:?} {:?}",
+        recorded_class(),
+        api.get::<StatefulSet>(NS, "vo")
+            .map(|s| s.metadata.annotations)
+    );
+    let live = api.get::<StatefulSet>(NS, "vo").expect("the set");
+    assert!(
+        !live
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES)),
+        "converged"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let said = events(&api, "VolumeAttributesClassNotApplied");
+    assert_eq!(said.len(), 1, "one per set: {said:?}");
+    let note = said[0].note.clone().unwrap_or_default();
+    assert!(
+        note.starts_with("volumeAttributesClassName \"e2e-faster\" of template \"data\" cannot reach the claims: the cluster drops")
+            && note.contains("capability claim-volume-attributes-class: dropped (probe:"),
+        "{note}"
+    );
+
+    // The gate turned on (an upgrade: a new /version): learned again, and the class rolls out.
+    api.configure(|c| {
+        c.drop_claim_volume_attributes_class = false;
+        c.git_version = "v1.34.1".to_owned();
+    });
+    // One replica at a time within the budget: the test plays the external modifier that
+    // moves status.currentVolumeAttributesClassName once the volume is modified.
+    let modifying = || {
+        api.list::<PersistentVolumeClaim>()
+            .into_iter()
+            .filter(|c| {
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.volume_attributes_class_name.as_deref())
+                    == Some("e2e-faster")
+                    && c.status
+                        .as_ref()
+                        .and_then(|s| s.current_volume_attributes_class_name.as_deref())
+                        != Some("e2e-faster")
+            })
+            .filter_map(|c| c.metadata.name)
+            .collect::<Vec<_>>()
+    };
+    for round in 0..2 {
+        assert!(
+            eventually(Duration::from_secs(20), || modifying().len() == 1).await,
+            "round {round}: {:?}",
+            api.list::<PersistentVolumeClaim>()
+        );
+        let name = modifying().remove(0);
+        let mut c = api
+            .get_object(ResourceType::of::<PersistentVolumeClaim>(), NS, &name)
+            .expect("claim");
+        c["status"]["currentVolumeAttributesClassName"] = json!("e2e-faster");
+        api.put_object(c);
+    }
+    assert_eq!(class_patches(), 2, "one class patch per claim");
+    // Applied now: the claim status no longer says otherwise.
+    assert!(
+        eventually(Duration::from_secs(20), || recorded_class().is_none()).await,
+        "{:?}",
+        recorded_class()
+    );
+    controller.stop().await;
+}

@@ -422,6 +422,45 @@ async fn wait_fails_on_a_resize_error_and_says_which_claim() {
     only_reads(&api);
 }
 
+/// Where the controller found the cluster dropping claims' classes: once everything else is
+/// done, a recorded class change ends `--wait` with exit 1 naming it (not a timeout); a class
+/// the template had all along is said, and the wait succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_fails_on_a_class_change_the_cluster_cannot_apply_once_the_rest_is_done() {
+    for changed in [true, false] {
+        let mut live = set("2Gi", None);
+        live["spec"]["volumeClaimTemplates"][0]["spec"]["volumeAttributesClassName"] =
+            json!("gold");
+        live["metadata"]["annotations"][names::VOLUME_CLAIM_STATUS] = json!(
+            json!([{"name": "data", "compatible": 3, "updating": 0, "overSized": 0,
+                    "totalCapacity": "6Gi", "volumeAttributesClass": {"name": "gold",
+                    "applied": false, "changed": changed,
+                    "reason": "the cluster drops a claim's volumeAttributesClassName (its VolumeAttributesClass feature gate is off)"}}])
+            .to_string()
+        );
+        // Still growing: not failed yet.
+        let api = cluster(live, "2Gi", "1Gi").await;
+        let config = kubeconfig(&api);
+        let mut run = Running::start(BINARY, &config, &["--wait", "--timeout", "60s"]);
+        run.line_with(&["web", "data: class gold not applied"])
+            .await;
+        for n in 0..3 {
+            api.put_object(claim(n, "2Gi", "2Gi"));
+        }
+        let (code, stdout, stderr) = run.exit().await;
+        if changed {
+            assert_eq!(code, 1, "{stdout}\n{stderr}");
+            assert_eq!(
+                stderr,
+                "error: statefulset db/web: template data: volumeAttributesClassName \"gold\" cannot be applied: the cluster drops a claim's volumeAttributesClassName (its VolumeAttributesClass feature gate is off); everything else of the rollout is done\n"
+            );
+        } else {
+            assert_eq!(code, 0, "{stdout}\n{stderr}");
+        }
+        only_reads(&api);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_times_out_with_what_it_waited_for() {
     let api = cluster(set("1Gi", Some("2Gi")), "1Gi", "1Gi").await;

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 
 use super::warning::{self, Warning};
 use super::{BadValue, Context, Denial, FieldError, Phase, Policy, Verdict};
+use crate::capabilities::{Capabilities, Name, Value as CapabilityValue};
 use crate::names;
 use crate::text::clip;
 use max_unavailable::{ANNOTATION_PATH, IntOrPercent, MAX_UNAVAILABLE_PATH};
@@ -288,6 +289,9 @@ fn review_templates(
                                 set_annotations.push((names::DESIRED_VOLUME_CLAIM_TEMPLATES, text));
                             }
                             verdict.warnings.extend(change_warnings(&changes, policy));
+                            verdict
+                                .warnings
+                                .extend(class_warnings(&changes, &ctx.policy.capabilities));
                         }
                         Err(e) => errors.push(e),
                     }
@@ -367,6 +371,52 @@ pub fn change_warnings(changes: &[TemplateChange], policy: ClaimUpdatePolicy) ->
                     .build(),
             );
         }
+    }
+    warnings
+}
+
+/// Where the cluster drops a claim's `volumeAttributesClassName`, a warning per template
+/// whose edit sets or changes the class: it cannot reach the claims, and why; what else the
+/// edit changes still rolls out.
+pub fn class_warnings(changes: &[TemplateChange], capabilities: &Capabilities) -> Vec<String> {
+    let why = match capabilities.value(Name::ClaimVolumeAttributesClass) {
+        Some(CapabilityValue::Dropped) => {
+            "this cluster drops a claim's volumeAttributesClassName (its VolumeAttributesClass feature gate is off)"
+        }
+        Some(CapabilityValue::Absent) => {
+            "this cluster's claims have no volumeAttributesClassName (its apiserver predates VolumeAttributesClass)"
+        }
+        _ => return Vec::new(),
+    };
+    let mut warnings = Vec::new();
+    for change in changes {
+        let Some(class) = change.changes.iter().find_map(|c| match c {
+            templates::Change::VolumeAttributesClass { new: Some(new), .. } => Some(new),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let others = change
+            .changes
+            .iter()
+            .any(|c| !matches!(c, templates::Change::VolumeAttributesClass { .. }));
+        warnings.extend(
+            Warning::new(format!(
+                "volume claim template {}",
+                warning::quote_to(&change.name, 63)
+            ))
+            .fact(format!(
+                "volumeAttributesClassName {} cannot reach the claims",
+                warning::quote(class)
+            ))
+            .fact(why)
+            .fact(if others {
+                "the rest of the change rolls out as usual, the class once the cluster keeps it"
+            } else {
+                "the class rolls out once the cluster keeps it"
+            })
+            .build(),
+        );
     }
     warnings
 }
@@ -463,6 +513,64 @@ mod tests {
                 "volume claim template \"data\": storage decrease 5Gi -> 1Gi only affects new claims; existing claims are never shrunk",
             ]
         );
+    }
+
+    /// Where the cluster drops claims' classes, an edit that sets or changes one is told the
+    /// class cannot reach the claims, and why; nothing is said where the cluster keeps them or
+    /// is not known to drop them, nor for an edit without a class.
+    #[test]
+    fn a_class_the_cluster_drops_is_said_at_the_edit() {
+        use crate::capabilities::{Capabilities, Learned, Name, Value};
+        let edit = |changes: Vec<templates::Change>| TemplateChange {
+            index: 0,
+            name: "data".into(),
+            changes,
+        };
+        let class = templates::Change::VolumeAttributesClass {
+            old: Some("fast".into()),
+            new: Some("faster".into()),
+        };
+        let storage = templates::Change::Storage {
+            old: Some("1Gi".into()),
+            new: Some("2Gi".into()),
+            decrease: false,
+        };
+        let cluster = |value: Option<Value>| {
+            let mut c = Capabilities::default();
+            if let Some(value) = value {
+                c.set(
+                    Name::ClaimVolumeAttributesClass,
+                    Learned::probed(value, "dry run"),
+                );
+            }
+            c
+        };
+        let dropped = cluster(Some(Value::Dropped));
+        assert_eq!(
+            class_warnings(&[edit(vec![storage.clone(), class.clone()])], &dropped),
+            [
+                "volume claim template \"data\": volumeAttributesClassName \"faster\" cannot reach the claims; this cluster drops a claim's volumeAttributesClassName (its VolumeAttributesClass feature gate is off)",
+                "volume claim template \"data\": the rest of the change rolls out as usual, the class once the cluster keeps it"
+            ]
+        );
+        let absent = class_warnings(&[edit(vec![class.clone()])], &cluster(Some(Value::Absent)));
+        assert_eq!(absent.len(), 1);
+        assert!(
+            absent[0].contains("predates VolumeAttributesClass")
+                && absent[0].ends_with("the class rolls out once the cluster keeps it"),
+            "{absent:?}"
+        );
+        assert!(
+            class_warnings(&[edit(vec![class.clone()])], &cluster(Some(Value::Kept))).is_empty()
+        );
+        assert!(class_warnings(&[edit(vec![class])], &cluster(None)).is_empty());
+        assert!(class_warnings(&[edit(vec![storage])], &dropped).is_empty());
+        // A class removed from the template asks nothing of the claims.
+        let removed = templates::Change::VolumeAttributesClass {
+            old: Some("fast".into()),
+            new: None,
+        };
+        assert!(class_warnings(&[edit(vec![removed])], &dropped).is_empty());
     }
 
     /// Every change is named in full with its old and new value, whatever the lengths:

@@ -128,6 +128,52 @@ pub(crate) fn desired_templates(set: &StatefulSet) -> Result<Vec<PersistentVolum
     }
 }
 
+/// Templates whose `volumeAttributesClassName` a recorded change sets or changes: the
+/// desired class differs from the live template's while the change is recorded, and stays
+/// "changed" in the set's claim status (which outlives the record) while the template names
+/// that class.
+pub(crate) fn class_changes(set: &StatefulSet) -> std::collections::BTreeSet<String> {
+    let class = |t: &PersistentVolumeClaim| {
+        t.spec
+            .as_ref()
+            .and_then(|s| s.volume_attributes_class_name.clone())
+    };
+    let live = set.spec.volume_claim_templates.as_deref().unwrap_or(&[]);
+    let mut changed = std::collections::BTreeSet::new();
+    if let Some(Ok(desired)) = set_claims::desired_templates(annotations(set)) {
+        for d in &desired {
+            let before = live
+                .iter()
+                .find(|t| t.metadata.name == d.metadata.name)
+                .and_then(class);
+            if class(d).is_some() && class(d) != before {
+                changed.insert(d.metadata.name.clone().unwrap_or_default());
+            }
+        }
+    }
+    let stored: Vec<status::TemplateStatus> = annotations(set)
+        .and_then(|a| a.get(names::VOLUME_CLAIM_STATUS))
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    for t in stored {
+        let Some(recorded) = t.volume_attributes_class.filter(|c| c.changed) else {
+            continue;
+        };
+        // Still the class that changed (a later edit to another class decides anew).
+        let wanted = desired_templates(set)
+            .ok()
+            .and_then(|d| {
+                d.into_iter()
+                    .find(|d| d.metadata.name.as_deref() == Some(&t.name))
+            })
+            .and_then(|d| class(&d));
+        if wanted.as_deref() == Some(recorded.name.as_str()) {
+            changed.insert(t.name);
+        }
+    }
+    changed
+}
+
 /// The set-wide inputs of its claim rollout for `replicas` replicas, and why the policy
 /// annotation was ignored (then the policy is `OnDelete`).
 pub(crate) fn rollout_settings(set: &StatefulSet, replicas: usize) -> (Rollout, Option<String>) {
@@ -164,6 +210,7 @@ pub(crate) fn rollout_settings(set: &StatefulSet, replicas: usize) -> (Rollout, 
         },
         // What the cluster does is the caller's to add (see `ClusterFacts::of`).
         cluster: plan::ClusterFacts::default(),
+        class_changed: class_changes(set),
     };
     (rollout, problem)
 }
@@ -266,6 +313,32 @@ async fn rollout(metrics: &ClaimRollout, snapshot: &SetSnapshot, ctx: &Ctx) -> R
     let plan = plan::plan(&settings, &replicas, |t, n| {
         set_claims::claim_name(t, name, n)
     });
+    // A class the cluster cannot apply: said once per set and class (not per uid: a
+    // convergence re-creates the set), and the rest rolls out as usual.
+    for template in &plan.status {
+        if let Some(class) = template
+            .volume_attributes_class
+            .as_ref()
+            .filter(|c| !c.applied)
+        {
+            let how = ctx
+                .capabilities
+                .get()
+                .get(crate::capabilities::Name::ClaimVolumeAttributesClass)
+                .describe();
+            warn_once(
+                ctx,
+                format!("{ns}/{name}/class-not-applied/{}/{}", template.name, class.name),
+                set,
+                "VolumeAttributesClassNotApplied",
+                format!(
+                    "volumeAttributesClassName {:?} of template {:?} cannot reach the claims: {} (capability claim-volume-attributes-class: {how}); storage, labels and annotations roll out as usual, the class once the cluster keeps it",
+                    class.name, template.name, class.reason
+                ),
+            )
+            .await;
+        }
+    }
     let labels = SetLabels {
         namespace: ns.clone(),
         statefulset: name.clone(),
@@ -547,6 +620,7 @@ mod tests {
                 updating: 1,
                 over_sized: 0,
                 total_capacity: "2Gi".into(),
+                volume_attributes_class: None,
             }],
             unavailable: 1,
             in_progress: true,

@@ -47,6 +47,9 @@ pub(crate) struct Rollout {
     pub recreated_since: Option<jiff::Timestamp>,
     /// What the cluster does, where a patch depends on it.
     pub cluster: ClusterFacts,
+    /// Templates whose `volumeAttributesClassName` a recorded change set or changed (not one
+    /// they had all along): where the cluster cannot apply it, that change fails.
+    pub class_changed: std::collections::BTreeSet<String>,
 }
 
 /// What the cluster does, as far as a claim's patch depends on it (from
@@ -56,6 +59,11 @@ pub(crate) struct ClusterFacts {
     /// A request lowered to a value still above the capacity is accepted (recovery from a
     /// failed expansion, `RecoverVolumeExpansionFailure`).
     pub recovery: Option<bool>,
+    /// A claim keeps `spec.volumeAttributesClassName` (`VolumeAttributesClass` gate on, or GA).
+    /// Where it does not, a template's class is not applicable: no claim is patched for it
+    /// and none waits for it (the apiserver drops it on create and patch alike, without an
+    /// error).
+    pub claim_volume_attributes_class: Option<bool>,
 }
 
 impl ClusterFacts {
@@ -65,7 +73,13 @@ impl ClusterFacts {
             recovery: capabilities
                 .value(Name::ExpansionRecovery)
                 .map(|v| v == Value::Accepted),
+            claim_volume_attributes_class: capabilities.keeps_claim_volume_attributes_class(),
         }
+    }
+
+    /// Whether a template's class can reach the claims (unknown: it is tried).
+    pub(crate) fn applies_class(self) -> bool {
+        self.claim_volume_attributes_class != Some(false)
     }
 }
 
@@ -244,6 +258,7 @@ pub(crate) fn assess(
         .and_then(|s| s.current_volume_attributes_class_name.as_deref());
     if let Some(vac) = template_vac(template)
         && claim_vac != Some(vac)
+        && cluster.applies_class()
     {
         spec_patch.insert("volumeAttributesClassName".into(), json!(vac));
         changes.push(format!(
@@ -296,7 +311,7 @@ pub(crate) fn assess(
         (Some(_), None) => bound(claim),
         _ => false,
     };
-    let modifying = claim_vac.is_some() && claim_vac != current_vac;
+    let modifying = claim_vac.is_some() && claim_vac != current_vac && cluster.applies_class();
     if expanding || modifying {
         return Assessment::Updating;
     }
@@ -305,7 +320,9 @@ pub(crate) fn assess(
         (Some(w), Some(c)) => c >= w,
         (Some(_), None) => false,
     };
-    let vac_ok = template_vac(template).is_none_or(|v| current_vac == Some(v));
+    // A class the cluster cannot apply is reported per template, not waited for.
+    let vac_ok =
+        !cluster.applies_class() || template_vac(template).is_none_or(|v| current_vac == Some(v));
     if big_enough && vac_ok {
         Assessment::Compatible
     } else {
@@ -408,7 +425,11 @@ pub(crate) fn plan(
             r.slots
                 .iter()
                 .zip(&per_template)
-                .map(|(slot, claims)| status::summarize(slot.template, claims))
+                .map(|(slot, claims)| {
+                    let mut status = status::summarize(slot.template, claims);
+                    status.volume_attributes_class = class_not_applied(slot.template, rollout);
+                    status
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -455,6 +476,25 @@ pub(crate) fn plan(
         }
     }
     out
+}
+
+/// Where the cluster drops a claim's class, what the template asks for and that it is not
+/// applied (the apiserver drops it without an error: `dropDisabledFields` of
+/// `pkg/api/persistentvolumeclaim/util.go`).
+fn class_not_applied(
+    template: &PersistentVolumeClaim,
+    rollout: &Rollout,
+) -> Option<status::ClassStatus> {
+    let class = template_vac(template)?;
+    if rollout.cluster.applies_class() {
+        return None;
+    }
+    Some(status::ClassStatus {
+        name: class.to_owned(),
+        applied: false,
+        changed: rollout.class_changed.contains(&name_of(template)),
+        reason: status::CLASS_DROPPED.to_owned(),
+    })
 }
 
 fn name_of(t: &PersistentVolumeClaim) -> String {
@@ -569,6 +609,7 @@ mod tests {
         // ... but not where the apiserver refuses any decrease: the claim keeps its request.
         let refused = ClusterFacts {
             recovery: Some(false),
+            ..ClusterFacts::default()
         };
         assert_eq!(
             assess(&t, &claim("8Gi", "1Gi"), true, refused),
@@ -670,6 +711,100 @@ mod tests {
         );
     }
 
+    /// Where the cluster drops a claim's class: never patched for, never waited for; the
+    /// rest of the change goes on, and the template's status says the class is not applied.
+    #[test]
+    fn a_class_the_cluster_drops_is_not_applicable() {
+        let dropped = ClusterFacts {
+            claim_volume_attributes_class: Some(false),
+            ..ClusterFacts::default()
+        };
+        let gold = |t: PersistentVolumeClaim| {
+            with(t, |t| {
+                t.spec.as_mut().expect("spec").volume_attributes_class_name = Some("gold".into());
+            })
+        };
+        // Class only: compatible as it is (the apiserver would drop the patch).
+        assert_eq!(
+            assess(&gold(template("1Gi")), &claim("1Gi", "1Gi"), true, dropped),
+            Assessment::Compatible
+        );
+        // With a size: the size alone is patched.
+        let Assessment::Patch(p) =
+            assess(&gold(template("2Gi")), &claim("1Gi", "1Gi"), true, dropped)
+        else {
+            panic!("a patch")
+        };
+        assert_eq!(
+            p.body,
+            json!({"metadata": {"resourceVersion": "7"}, "spec": {"resources": {"requests": {"storage": "2Gi"}}}})
+        );
+        assert_eq!(p.changes, ["storage 1Gi -> 2Gi"]);
+        // A claim that somehow has the class (kept from before the gate went off) is not
+        // waited for either.
+        let has = with(claim("1Gi", "1Gi"), |c| {
+            c.spec.as_mut().expect("spec").volume_attributes_class_name = Some("gold".into());
+        });
+        assert_eq!(
+            assess(&gold(template("1Gi")), &has, true, dropped),
+            Assessment::Compatible
+        );
+        // Unknown is tried, as before anything was learned.
+        assert!(matches!(
+            assess(
+                &gold(template("1Gi")),
+                &claim("1Gi", "1Gi"),
+                true,
+                ClusterFacts::default()
+            ),
+            Assessment::Patch(_)
+        ));
+
+        // The plan: both replicas grow within the budget, none is held for the class, and the
+        // template's status records the class as not applied, changed or not.
+        let t = gold(template("2Gi"));
+        let claims = [claim("1Gi", "1Gi"), claim("1Gi", "1Gi")];
+        for changed in [false, true] {
+            let mut rollout = rolling(2, 0);
+            rollout.cluster = dropped;
+            if changed {
+                rollout.class_changed.insert("data".into());
+            }
+            let replicas: Vec<Replica<'_>> = claims
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Replica {
+                    index: i,
+                    ordinal: u32::try_from(i).expect("small"),
+                    pod: None,
+                    slots: vec![Slot {
+                        template: &t,
+                        claim: Some(c),
+                        expandable: true,
+                    }],
+                })
+                .collect();
+            let plan = plan(&rollout, &replicas, |t, n| format!("{t}-web-{n}"));
+            assert_eq!(plan.steps.len(), 2, "{plan:?}");
+            assert!(plan.held.is_empty());
+            assert_eq!(
+                plan.status[0].volume_attributes_class,
+                Some(status::ClassStatus {
+                    name: "gold".into(),
+                    applied: false,
+                    changed,
+                    reason: status::CLASS_DROPPED.into(),
+                })
+            );
+            assert!(
+                status::render(&plan.status)
+                    .contains(r#""volumeAttributesClass":{"name":"gold","applied":false"#),
+                "{}",
+                status::render(&plan.status)
+            );
+        }
+    }
+
     struct Case {
         name: &'static str,
         rollout: Rollout,
@@ -688,6 +823,7 @@ mod tests {
             update_revision: Some("rev-2".into()),
             recreated_since: Some("2026-01-01T00:00:00Z".parse().expect("ts")),
             cluster: ClusterFacts::default(),
+            class_changed: Default::default(),
         }
     }
 

@@ -24,6 +24,26 @@ pub(crate) struct TemplateStatus {
     pub over_sized: u32,
     /// Sum of `status.capacity.storage`.
     pub total_capacity: String,
+    /// The template's `volumeAttributesClassName` where the cluster cannot apply it to claims
+    /// (absent otherwise: an applied class is judged per claim like the size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_attributes_class: Option<ClassStatus>,
+}
+
+/// Why a template's class is not on its claims.
+pub(crate) const CLASS_DROPPED: &str = "the cluster drops a claim's volumeAttributesClassName (its VolumeAttributesClass feature gate is off)";
+
+/// A template's class that does not reach its claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ClassStatus {
+    pub name: String,
+    pub applied: bool,
+    /// A recorded change set or changed it (a class the template had all along is reported,
+    /// a change that cannot be applied has failed).
+    #[serde(default)]
+    pub changed: bool,
+    pub reason: String,
 }
 
 fn quantity(
@@ -51,6 +71,7 @@ pub(crate) fn summarize(
         updating: 0,
         over_sized: 0,
         total_capacity: String::new(),
+        volume_attributes_class: None,
     };
     let mut total = Quantity::ZERO;
     for (claim, assessment) in claims {
@@ -142,7 +163,8 @@ mod tests {
                 compatible: 2,
                 updating: 1,
                 over_sized: 2,
-                total_capacity: "7Gi".into()
+                total_capacity: "7Gi".into(),
+                volume_attributes_class: None,
             }
         );
         let text = render(std::slice::from_ref(&s));

@@ -557,3 +557,102 @@ fn wait_results_put_failures_first_and_need_every_set_done() {
         ]
     );
 }
+
+/// Where the cluster drops claims' classes (the controller's claim status says so): the
+/// claims are not awaited for the class; a recorded class change fails once the rest is
+/// done, a class the template had all along is said in the Done message.
+#[test]
+fn a_class_the_cluster_cannot_apply_fails_only_a_change_and_only_at_the_end() {
+    let gold = |set: Value| {
+        with(
+            set,
+            "/spec/volumeClaimTemplates/0/spec/volumeAttributesClassName",
+            json!("gold"),
+        )
+    };
+    let status = |changed: bool| {
+        json!([{"name": "data", "compatible": 3, "updating": 0, "overSized": 0,
+                "totalCapacity": "6Gi", "volumeAttributesClass": {"name": "gold",
+                "applied": false, "changed": changed,
+                "reason": "the cluster drops a claim's volumeAttributesClassName (its VolumeAttributesClass feature gate is off)"}}])
+        .to_string()
+    };
+    let with_status = |set: Value, changed: bool| {
+        with(
+            set,
+            &format!(
+                "/metadata/annotations/{}",
+                names_key(crate::names::VOLUME_CLAIM_STATUS)
+            ),
+            json!(status(changed)),
+        )
+    };
+    let converged = gold(set("web", "2Gi", None, Some("InPlace")));
+    // Claims without the class (dropped), at the template's size.
+    let done = claims("web", "2Gi", "2Gi");
+    let changed = report(&objects(with_status(converged.clone(), true), done.clone()));
+    let v = &changed.items[0].verdict;
+    assert_eq!(
+        (v.result, v.reason.as_str()),
+        (Outcome::Failed, "VolumeAttributesClassNotApplied"),
+        "{v:?}"
+    );
+    assert!(
+        v.message.starts_with(
+            "template data: volumeAttributesClassName \"gold\" cannot be applied: the cluster drops"
+        ) && v
+            .message
+            .ends_with("everything else of the rollout is done"),
+        "{}",
+        v.message
+    );
+    assert_eq!(
+        wait_result(&changed),
+        WaitResult::Failed(vec![format!("statefulset db/web: {}", v.message)])
+    );
+    // Still growing: not failed yet, the claims are awaited for their size only.
+    let growing = report(&objects(
+        with_status(converged.clone(), true),
+        claims("web", "2Gi", "1Gi"),
+    ));
+    assert_eq!(growing.items[0].verdict.result, Outcome::Progressing);
+    assert!(
+        !growing.items[0]
+            .verdict
+            .message
+            .contains("volumeAttributesClassName"),
+        "{:?}",
+        growing.items[0].verdict
+    );
+    // All along: done, and said.
+    let along = report(&objects(
+        with_status(converged.clone(), false),
+        done.clone(),
+    ));
+    let v = &along.items[0].verdict;
+    assert_eq!(v.result, Outcome::Done, "{v:?}");
+    assert!(
+        v.message
+            .contains("template data's volumeAttributesClassName \"gold\" is not on its claims"),
+        "{}",
+        v.message
+    );
+    // Without the controller's word (a cluster that keeps classes), claims wait for the class.
+    let keeps = report(&objects(converged, done));
+    assert_eq!(keeps.items[0].verdict.result, Outcome::Progressing);
+    // The table's CHANGE cell and the detail say it.
+    let table = crate::status::render::table(
+        &changed,
+        crate::status::render::TableOptions::default(),
+        at(600),
+    )
+    .render();
+    assert!(table.contains("data: class gold not applied"), "{table}");
+    let detail = crate::status::render::detail(&changed.items[0], at(600), false);
+    assert!(
+        detail.contains(
+            "Not applied:    data: volumeAttributesClassName \"gold\": the cluster drops"
+        ),
+        "{detail}"
+    );
+}
