@@ -325,10 +325,13 @@ pub struct Capabilities {
     entries: [Learned; 6],
 }
 
+/// Why a capability is unknown before anything was asked.
+pub const NOT_PROBED_YET: &str = "not probed yet";
+
 impl Default for Capabilities {
     /// Nothing known yet.
     fn default() -> Self {
-        Self::unknown("not probed yet")
+        Self::unknown(NOT_PROBED_YET)
     }
 }
 
@@ -351,6 +354,14 @@ impl Capabilities {
 
     pub fn value(&self, name: Name) -> Option<Value> {
         self.get(name).value
+    }
+
+    /// Whether every capability was asked at least once (or stated): what is unknown now is
+    /// unknown for a reason, not for want of asking.
+    pub fn asked(&self) -> bool {
+        self.entries
+            .iter()
+            .all(|l| l.how != How::Unknown(NOT_PROBED_YET.to_owned()))
     }
 
     /// Each capability with what is known of it, in [`Name::ALL`]'s order.

@@ -205,6 +205,23 @@ impl Controller {
                 progressed = view.sync_progressed(since) => if progressed.is_err() { return },
             }
         }
+        // Nor does it act on guesses where a first probe answers within moments (a class
+        // patch the apiserver would drop, a lowered request it would refuse): it waits for
+        // each capability to be asked once, at most CAPABILITIES_WAIT (unknown afterwards is
+        // tried, and its answer teaches).
+        let mut asked = self.capabilities.subscribe();
+        if !asked.borrow().asked() {
+            self.health.set(
+                HEALTH,
+                health::State::Waiting,
+                "waiting for the first probe of what the cluster does before campaigning for the Lease",
+            );
+            let first = asked.wait_for(|c| c.asked());
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::timeout(CAPABILITIES_WAIT, first) => {}
+            }
+        }
         self.health.set(
             HEALTH,
             health::State::Ok,
@@ -318,6 +335,9 @@ impl Controller {
 
 /// The controller's line on the health board.
 const HEALTH: &str = "controller";
+
+/// The longest wait for the first probe of what the cluster does before campaigning.
+const CAPABILITIES_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The gate as the Lease tells it: `enabled`, `disabled`, or `unknown` with why.
 fn gate_text(capabilities: &crate::capabilities::Capabilities) -> String {

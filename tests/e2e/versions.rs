@@ -29,6 +29,8 @@ pub fn captured() -> Vec<(&'static str, Caps)> {
         mu_kept,
         vac_version: vac.map(str::to_owned),
         claim_vac_kept,
+        // Every captured version but v1.24 has the claim field (v1.32 drops its value).
+        claim_vac_field: true,
         class_from_unset: Some(true),
     };
     vec![
@@ -38,6 +40,7 @@ pub fn captured() -> Vec<(&'static str, Caps)> {
             "v1.24",
             Caps {
                 class_from_unset: Some(false),
+                claim_vac_field: false,
                 ..caps(V1_24, false, false, None, false)
             },
         ),
@@ -67,12 +70,17 @@ const DROPPED: &str = "the apiserver drops spec.updateStrategy.rollingUpdate.max
      (MaxUnavailableStatefulSet off)";
 const NO_VAC: &str = "no storage.k8s.io version serves volumeattributesclasses \
      (VolumeAttributesClass not served)";
+const NO_CLAIM_VAC: &str =
+    "claims have no spec.volumeAttributesClassName (not in the apiserver's OpenAPI)";
+const CLAIM_VAC_KEPT: &str =
+    "claims keep spec.volumeAttributesClassName (VolumeAttributesClass on)";
 
 const GATE_OFF_FIELD: &str = "max_unavailable_gate_off_field";
 const GATE_OFF_ANNOTATION: &str = "max_unavailable_gate_off_annotation";
 const GATE_LEARNED: &str = "max_unavailable_gate_learned_after_failed_probes";
 const GATE_ON: &str = "max_unavailable_gate_on_builtin_drives";
 const VAC: &str = "volume_attributes_class_edit_reaches_claims";
+const VAC_DROPPED: &str = "volume_attributes_class_the_cluster_drops_is_told_and_never_stalls";
 
 /// The scenarios skipped with `KUBECONFIG` alone on each captured apiserver, and why; every
 /// other scenario runs there.
@@ -84,6 +92,7 @@ fn skips_alone() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
                 (GATE_OFF_FIELD, NO_FIELD),
                 (GATE_ON, NO_FIELD),
                 (VAC, NO_VAC),
+                (VAC_DROPPED, NO_CLAIM_VAC),
             ],
         ),
         ("v1.32", vec![(GATE_ON, DROPPED), (VAC, NO_VAC)]),
@@ -93,18 +102,26 @@ fn skips_alone() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
                 (GATE_OFF_FIELD, KEPT),
                 (GATE_OFF_ANNOTATION, KEPT),
                 (GATE_LEARNED, KEPT),
+                (VAC_DROPPED, CLAIM_VAC_KEPT),
             ],
         ),
-        ("v1.35", vec![(GATE_ON, DROPPED)]),
+        (
+            "v1.35",
+            vec![(GATE_ON, DROPPED), (VAC_DROPPED, CLAIM_VAC_KEPT)],
+        ),
         (
             "v1.35-maxunavailable-on",
             vec![
                 (GATE_OFF_FIELD, KEPT),
                 (GATE_OFF_ANNOTATION, KEPT),
                 (GATE_LEARNED, KEPT),
+                (VAC_DROPPED, CLAIM_VAC_KEPT),
             ],
         ),
-        ("v1.36", vec![(GATE_ON, DROPPED)]),
+        (
+            "v1.36",
+            vec![(GATE_ON, DROPPED), (VAC_DROPPED, CLAIM_VAC_KEPT)],
+        ),
     ]
 }
 
@@ -118,16 +135,39 @@ fn pairs() -> Vec<(
 )> {
     vec![
         (("v1.32", "v1.32-gates-on"), vec![GATE_ON, VAC], vec![]),
-        (("v1.35", "v1.35-maxunavailable-on"), vec![GATE_ON], vec![]),
-        (("v1.36", "v1.35-maxunavailable-on"), vec![GATE_ON], vec![]),
+        (
+            ("v1.35", "v1.35-maxunavailable-on"),
+            vec![GATE_ON],
+            vec![(
+                VAC_DROPPED,
+                format!(
+                    "KUBECONFIG ({V1_35}): {CLAIM_VAC_KEPT}; E2E_GATES_KUBECONFIG ({V1_35}): {CLAIM_VAC_KEPT}"
+                ),
+            )],
+        ),
+        (
+            ("v1.36", "v1.35-maxunavailable-on"),
+            vec![GATE_ON],
+            vec![(
+                VAC_DROPPED,
+                format!(
+                    "KUBECONFIG ({V1_36}): {CLAIM_VAC_KEPT}; E2E_GATES_KUBECONFIG ({V1_35}): {CLAIM_VAC_KEPT}"
+                ),
+            )],
+        ),
         (
             ("v1.32-gates-on", "v1.32"),
-            vec![GATE_OFF_FIELD, GATE_OFF_ANNOTATION, GATE_LEARNED],
+            vec![
+                GATE_OFF_FIELD,
+                GATE_OFF_ANNOTATION,
+                GATE_LEARNED,
+                VAC_DROPPED,
+            ],
             vec![],
         ),
         (
             ("v1.24", "v1.32"),
-            vec![GATE_OFF_FIELD],
+            vec![GATE_OFF_FIELD, VAC_DROPPED],
             vec![
                 (
                     GATE_ON,
@@ -220,6 +260,7 @@ fn selection_table() -> Result<(), Failed> {
         GATE_LEARNED,
         GATE_ON,
         VAC,
+        VAC_DROPPED,
     ] {
         check(
             &mut failures,

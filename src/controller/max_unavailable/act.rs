@@ -144,7 +144,7 @@ pub(crate) fn gate_unknown(
     why_unknown: Option<&str>,
 ) -> Report {
     let why = match why_unknown {
-        None | Some("not probed yet") => "it has not been probed yet".to_owned(),
+        None | Some(crate::capabilities::NOT_PROBED_YET) => "it has not been probed yet".to_owned(),
         Some(why) => format!("the probe failed: {why}"),
     };
     let note = format!(

@@ -1,5 +1,6 @@
 //! The scenarios, each asserting what a user sees.
 
+mod classes_dropped;
 mod crash;
 mod defaults_conditions;
 mod denials;
@@ -28,6 +29,7 @@ pub fn all() -> Vec<Scenario> {
         max_unavailable::gate_learned_late(),
         max_unavailable::gate_on(),
         max_unavailable::volume_attributes_class(),
+        classes_dropped::class_dropped(),
         status_wait::status_wait(),
         replicas::leader_killed_mid_rollout(),
         defaults_conditions::retroactive_default_class(),

@@ -24,6 +24,7 @@ pub const MAX_UNAVAILABLE_ANNOTATION: &str = "stateful-admission.io/max-unavaila
 
 /// The OpenAPI definition of `spec.updateStrategy.rollingUpdate`.
 const ROLLING_UPDATE_DEFINITION: &str = "io.k8s.api.apps.v1.RollingUpdateStatefulSetStrategy";
+const CLAIM_SPEC_DEFINITION: &str = "io.k8s.api.core.v1.PersistentVolumeClaimSpec";
 
 /// Label on the scratch claim, so that one left by an interrupted run is removed by the next.
 const PROBE_LABEL: &str = "e2e.stateful-admission.io/caps-probe";
@@ -43,6 +44,9 @@ pub struct Caps {
     pub vac_version: Option<String>,
     /// A dry-run claim create keeps `spec.volumeAttributesClassName`.
     pub claim_vac_kept: bool,
+    /// The OpenAPI document lists `PersistentVolumeClaimSpec.volumeAttributesClassName` (so a
+    /// StatefulSet's claim templates keep it even where claims drop it).
+    pub claim_vac_field: bool,
     /// A claim created without a class may be given one afterwards (KEP-3333, which also lets
     /// the PV controller give such claims a new cluster default). `None`: the cluster could not
     /// tell, as a default StorageClass gave the scratch claim a class at creation.
@@ -60,6 +64,9 @@ pub enum Need {
     MuKept,
     /// VolumeAttributesClasses are served, and claims keep `spec.volumeAttributesClassName`.
     Vac,
+    /// Claims have `spec.volumeAttributesClassName` in their API, and the apiserver drops it
+    /// (the VolumeAttributesClass gate off): templates keep a class that claims never get.
+    VacDropped,
 }
 
 /// Where a scenario runs.
@@ -159,6 +166,13 @@ impl Caps {
             Need::Vac if !self.claim_vac_kept => Some(
                 "claims drop spec.volumeAttributesClassName (VolumeAttributesClass off)".to_owned(),
             ),
+            Need::VacDropped if !self.claim_vac_field => Some(
+                "claims have no spec.volumeAttributesClassName (not in the apiserver's OpenAPI)"
+                    .to_owned(),
+            ),
+            Need::VacDropped if self.claim_vac_kept => Some(
+                "claims keep spec.volumeAttributesClassName (VolumeAttributesClass on)".to_owned(),
+            ),
             _ => None,
         }
     }
@@ -254,6 +268,11 @@ impl Caps {
         install::ensure_namespace(cluster).await?;
         let definitions = openapi_definitions(client).await?;
         let mu_field = lists_property(&definitions, ROLLING_UPDATE_DEFINITION, "maxUnavailable");
+        let claim_vac_field = lists_property(
+            &definitions,
+            CLAIM_SPEC_DEFINITION,
+            "volumeAttributesClassName",
+        );
         let mu_kept = keeps_max_unavailable(client)
             .await
             .context("dry-run StatefulSet create with maxUnavailable")?;
@@ -272,6 +291,7 @@ impl Caps {
             mu_kept,
             vac_version,
             claim_vac_kept,
+            claim_vac_field,
             class_from_unset,
         })
     }
