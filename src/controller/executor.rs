@@ -474,6 +474,21 @@ impl Executor {
                     .await
                     .map(|answer| answer.left().map(Box::new))
             }
+            Request::Evict { uid } => {
+                let pods: Api<k8s_openapi::api::core::v1::Pod> =
+                    Api::namespaced(self.client.clone(), &target.namespace);
+                let params = kube::api::EvictParams {
+                    delete_options: Some(DeleteParams {
+                        preconditions: Some(Preconditions {
+                            uid: uid.clone(),
+                            resource_version: None,
+                        }),
+                        ..DeleteParams::default()
+                    }),
+                    post_options: field_manager::post(),
+                };
+                pods.evict(&target.name, &params).await.map(|_| None)
+            }
         }
     }
 
