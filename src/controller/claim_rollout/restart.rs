@@ -148,6 +148,8 @@ pub(crate) struct PodState {
     pub uid: String,
     pub revision: Option<String>,
     pub health: Health,
+    /// When it last became Ready (its `Ready` condition's transition), else when it was made.
+    pub ready_since: Option<Timestamp>,
 }
 
 impl PodState {
@@ -162,6 +164,14 @@ impl PodState {
                 .and_then(|l| l.get(names::CONTROLLER_REVISION_HASH_LABEL))
                 .cloned(),
             health: health(pod, min_ready_seconds, now),
+            ready_since: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
+                .and_then(|c| c.last_transition_time.as_ref())
+                .or(pod.metadata.creation_timestamp.as_ref())
+                .map(|t| t.0),
         })
     }
 }
@@ -264,11 +274,18 @@ enum Progress {
     Restarting,
     /// The new pod is available and every recorded claim has its capacity.
     Finished,
-    /// The new pod is available, but a recorded claim still waits for a restart.
+    /// The new pod has been available for the grace period, and a recorded claim still
+    /// waits for a restart.
     Stuck,
 }
 
-fn progress(replica: &Replica) -> (Progress, Option<&Record>) {
+/// How long a new pod has been Ready, where known.
+fn ready_for(pod: &PodState, now: Timestamp) -> Option<Duration> {
+    pod.ready_since
+        .and_then(|since| Duration::try_from(now.duration_since(since)).ok())
+}
+
+fn progress<'a>(settings: &Settings, replica: &'a Replica) -> (Progress, Option<&'a Record>) {
     let Some(record) = replica.claims.iter().find_map(|c| c.record.as_ref()) else {
         return (Progress::None, None);
     };
@@ -282,7 +299,18 @@ fn progress(replica: &Replica) -> (Progress, Option<&Record>) {
             for claim in recorded {
                 match claim.resize {
                     Resize::Done => {}
-                    Resize::WaitsForRestart { .. } => return (Progress::Stuck, Some(record)),
+                    // The kubelet grows the file system as it mounts the volume for the new
+                    // pod, and clears the condition right after: a claim seen waiting just
+                    // as the pod turns Ready is still restarting. Stuck once the pod has been
+                    // Ready for the grace period.
+                    Resize::WaitsForRestart { .. } => {
+                        let settled = ready_for(pod, settings.now)
+                            .is_some_and(|ready| ready >= settings.grace);
+                        if settled {
+                            return (Progress::Stuck, Some(record));
+                        }
+                        done = false;
+                    }
                     Resize::InProgress => done = false,
                 }
             }
@@ -311,7 +339,7 @@ pub(crate) fn plan(settings: &Settings, replicas: &[Replica]) -> Plan {
     // Unavailable now: restarting (recorded, not finished) or down for any other reason.
     let mut unavailable = 0usize;
     for replica in &ordered {
-        let (progress, _) = progress(replica);
+        let (progress, _) = progress(settings, replica);
         let down = replica
             .pod
             .as_ref()
@@ -322,11 +350,22 @@ pub(crate) fn plan(settings: &Settings, replicas: &[Replica]) -> Plan {
         if let Some(Health::AvailableIn(left)) = replica.pod.as_ref().map(|p| p.health) {
             out.recheck_after = sooner(out.recheck_after, left);
         }
+        // A new pod up while a recorded claim still waits: look again when it would be stuck.
+        if let (Progress::Restarting, Some(pod)) = (progress, replica.pod.as_ref())
+            && pod.health == Health::Available
+            && replica.claims.iter().any(|c| {
+                c.record.is_some() && matches!(c.resize, Resize::WaitsForRestart { .. })
+            })
+        {
+            let ready = ready_for(pod, settings.now).unwrap_or_default();
+            let left = settings.grace.saturating_sub(ready);
+            out.recheck_after = sooner(out.recheck_after, left.max(Duration::from_secs(1)));
+        }
     }
     let mut budget = settings.max_unavailable.max(1).saturating_sub(unavailable);
 
     for replica in ordered {
-        let (state, record) = progress(replica);
+        let (state, record) = progress(settings, replica);
         match state {
             Progress::Evicting => {
                 // The record outlived the eviction (a crash, a refusal): the same pod again.

@@ -29,6 +29,7 @@ fn replica(ordinal: u32, health: Health, resize: Resize) -> Replica {
             uid: format!("pod-{ordinal}"),
             revision: Some("web-2".into()),
             health,
+            ready_since: Some(at(0)),
         }),
         claims: vec![Claim {
             name: format!("data-web-{ordinal}"),
@@ -221,6 +222,18 @@ fn which_pod_is_restarted_when() {
             want: vec![(1, "still")],
         },
         Case {
+            name: "the new pod just turned Ready and the kubelet has not cleared the condition yet: still restarting",
+            settings: settings(),
+            replicas: vec![
+                recorded(
+                    with_pod(stuck(1), |p| p.ready_since = Some(at(990))),
+                    "pod-old",
+                ),
+                stuck(0),
+            ],
+            want: vec![(0, "budget")],
+        },
+        Case {
             name: "online expansion in progress: no restart",
             settings: settings(),
             replicas: vec![replica(0, Available, Resize::InProgress)],
@@ -289,6 +302,16 @@ fn the_grace_and_min_ready_seconds_say_when_to_look_again() {
     );
     assert_eq!(summary(&plan), [(0, "grace".to_owned())]);
     assert_eq!(plan.recheck_after, Some(GRACE));
+    // A new pod Ready for 50 s while its recorded claim still waits: stuck in 10 s.
+    let new_pod = recorded(
+        with_pod(replica(0, Health::Available, waits(120)), |p| {
+            p.ready_since = Some(at(950));
+        }),
+        "pod-old",
+    );
+    let plan = super::plan(&settings(), &[new_pod]);
+    assert_eq!(summary(&plan), []);
+    assert_eq!(plan.recheck_after, Some(Duration::from_secs(10)));
 }
 
 #[test]
