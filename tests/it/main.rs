@@ -18,6 +18,7 @@ mod common;
 mod controller_runtime;
 mod default_class_controller;
 mod docs;
+mod eviction_fake;
 mod executor;
 mod fake_apiserver_tests;
 mod fencing;
