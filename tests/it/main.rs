@@ -28,6 +28,7 @@ mod fuzz_replay;
 mod gitops_loop;
 mod max_unavailable_driver;
 mod monitoring;
+mod offline_expansion;
 mod outage;
 mod review_cli;
 mod robustness;
