@@ -30,6 +30,7 @@ mod max_unavailable_driver;
 mod monitoring;
 mod offline_expansion;
 mod outage;
+mod restart_pods;
 mod review_cli;
 mod robustness;
 mod scale;

@@ -60,8 +60,10 @@ pub(crate) struct ClaimRollout {
     in_progress: Mutex<HashSet<(String, String)>>,
     pod_evictions: Counter,
     pod_eviction_refusals: Counter,
-    /// Evictions refused in a row, by pod (for the backoff).
-    refusals: Mutex<std::collections::HashMap<String, u32>>,
+    /// Evictions refused in a row, by pod uid: how many, and not to be asked before when.
+    refusals: Mutex<std::collections::HashMap<String, (u32, std::time::Instant)>>,
+    /// Pods evicted (by uid) and when: seen as going while the pod cache has yet to hear of it.
+    evicted: Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl ClaimRollout {
@@ -121,20 +123,50 @@ impl ClaimRollout {
         rollout(self, snapshot, ctx).await
     }
 
-    /// Notes an eviction of `pod` refused (or done: forgotten); returns the wait before the
-    /// next attempt: 1 s doubling to a minute.
+    /// Notes an eviction of the pod with uid `pod` refused (or done: forgotten); returns the
+    /// wait before the next attempt: 1 s doubling to a minute.
     fn refused(&self, pod: &str, refused: bool) -> Duration {
         let mut refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
         if !refused {
             refusals.remove(pod);
             return Duration::ZERO;
         }
-        // Bounded by the pods there are; one that went is forgotten at its next eviction.
-        let count = refusals.entry(pod.to_owned()).or_insert(0);
+        let now = std::time::Instant::now();
+        // Bounded: a pod that went elsewhere is forgotten once its backoff is long over.
+        refusals.retain(|_, (_, after)| now.saturating_duration_since(*after) < REFUSAL_MEMORY);
+        let (count, after) = refusals.entry(pod.to_owned()).or_insert((0, now));
         *count = count.saturating_add(1);
-        crate::capabilities::run::retry_after(*count, Duration::from_secs(60))
+        let wait = crate::capabilities::run::retry_after(*count, Duration::from_secs(60));
+        *after = now + wait;
+        wait
+    }
+
+    /// Notes the pod with uid `pod` evicted.
+    fn evicted(&self, pod: &str) {
+        let mut evicted = self.evicted.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        evicted.retain(|_, at| now.saturating_duration_since(*at) < REFUSAL_MEMORY);
+        evicted.insert(pod.to_owned(), now);
+    }
+
+    /// Whether the pod with uid `pod` was evicted (lately).
+    fn was_evicted(&self, pod: &str) -> bool {
+        let evicted = self.evicted.lock().unwrap_or_else(|p| p.into_inner());
+        evicted.contains_key(pod)
+    }
+
+    /// How long an eviction of the pod with uid `pod` still waits after a refusal.
+    fn backoff(&self, pod: &str) -> Option<Duration> {
+        let refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, after) = refusals.get(pod)?;
+        let left = after.saturating_duration_since(std::time::Instant::now());
+        (!left.is_zero()).then_some(left)
     }
 }
+
+/// How long a refusal's count outlives its backoff (a refusal after that starts again at 1 s),
+/// and an eviction is remembered.
+const REFUSAL_MEMORY: Duration = Duration::from_secs(600);
 
 fn annotations(set: &StatefulSet) -> Option<&std::collections::BTreeMap<String, String>> {
     set.metadata.annotations.as_ref()
@@ -481,12 +513,10 @@ async fn restart_pods(
         .ordinals
         .iter()
         .enumerate()
-        .map(|(index, &ordinal)| restart::Replica {
-            index,
-            ordinal,
+        .map(|(index, &ordinal)| {
             // Only a pod this set controls is its replica's (upstream's controller sees no
             // other).
-            pod: snapshot
+            let pod = snapshot
                 .pods
                 .iter()
                 .find(|(n, _)| *n == ordinal)
@@ -498,14 +528,27 @@ async fn restart_pods(
                         .flatten()
                         .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == owner)
                 })
-                .and_then(|p| restart::PodState::of(p, min_ready_seconds, now)),
-            claims: snapshot
-                .claims
-                .iter()
-                .filter(|(_, n, _)| *n == ordinal)
-                .filter_map(|(_, _, c)| c.as_deref())
-                .map(restart::Claim::of)
-                .collect(),
+                .and_then(|p| restart::PodState::of(p, min_ready_seconds, now))
+                .map(|mut pod| {
+                    // Evicted, and the pod cache has not heard of it yet: going.
+                    if metrics.was_evicted(&pod.uid) {
+                        pod.health = super::max_unavailable::plan::Health::Terminating;
+                    }
+                    pod
+                });
+            restart::Replica {
+                index,
+                ordinal,
+                backoff: pod.as_ref().and_then(|p| metrics.backoff(&p.uid)),
+                pod,
+                claims: snapshot
+                    .claims
+                    .iter()
+                    .filter(|(_, n, _)| *n == ordinal)
+                    .filter_map(|(_, _, c)| c.as_deref())
+                    .map(restart::Claim::of)
+                    .collect(),
+            }
         })
         .collect();
     let plan = restart::plan(&settings, &replicas);
@@ -524,14 +567,16 @@ async fn restart_pods(
         match (write.verb, ran) {
             (Verb::EvictPod, Ran::Written(Ok(outcome))) if outcome.is_done() => {
                 metrics.pod_evictions.inc();
-                metrics.refused(&write.target.name, false);
+                let uid = write.target.uid.as_deref().unwrap_or_default();
+                metrics.refused(uid, false);
+                metrics.evicted(uid);
                 tracing::info!(namespace = %snapshot.namespace, pod = %write.target.name, "evicted a pod whose claim waits for it to finish a resize");
             }
             (Verb::EvictPod, Ran::Written(Err(kube::Error::Api(status)))) if status.code == 429 => {
                 // A PodDisruptionBudget refuses it for now: asked again with backoff, said
                 // once per pod, never turned into a delete.
                 metrics.pod_eviction_refusals.inc();
-                let wait = metrics.refused(&write.target.name, true);
+                let wait = metrics.refused(write.target.uid.as_deref().unwrap_or_default(), true);
                 next = Some(next.map_or(wait, |n| n.min(wait)));
                 ctx.exec
                     .report(

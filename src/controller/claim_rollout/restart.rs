@@ -50,6 +50,7 @@ pub(crate) struct Record {
     /// The pod evicted.
     pub pod: String,
     /// Its uid: the eviction's precondition, and how its replacement is told apart.
+    #[serde(rename = "podUID")]
     pub pod_uid: String,
     /// When the restart was decided.
     pub at: Timestamp,
@@ -182,6 +183,8 @@ pub(crate) struct Replica {
     pub index: usize,
     pub ordinal: u32,
     pub pod: Option<PodState>,
+    /// How long an eviction of its pod still waits after a PodDisruptionBudget refused one.
+    pub backoff: Option<Duration>,
     pub claims: Vec<Claim>,
 }
 
@@ -220,6 +223,8 @@ pub(crate) enum Wait {
     Budget,
     /// Within the grace period: an online-capable volume finishes meanwhile.
     Grace { left: Duration },
+    /// Its eviction was refused (a PodDisruptionBudget): asked again once this has passed.
+    Refused { left: Duration },
 }
 
 /// What to do for one replica.
@@ -353,9 +358,10 @@ pub(crate) fn plan(settings: &Settings, replicas: &[Replica]) -> Plan {
         // A new pod up while a recorded claim still waits: look again when it would be stuck.
         if let (Progress::Restarting, Some(pod)) = (progress, replica.pod.as_ref())
             && pod.health == Health::Available
-            && replica.claims.iter().any(|c| {
-                c.record.is_some() && matches!(c.resize, Resize::WaitsForRestart { .. })
-            })
+            && replica
+                .claims
+                .iter()
+                .any(|c| c.record.is_some() && matches!(c.resize, Resize::WaitsForRestart { .. }))
         {
             let ready = ready_for(pod, settings.now).unwrap_or_default();
             let left = settings.grace.saturating_sub(ready);
@@ -368,6 +374,16 @@ pub(crate) fn plan(settings: &Settings, replicas: &[Replica]) -> Plan {
         let (state, record) = progress(settings, replica);
         match state {
             Progress::Evicting => {
+                if let Some(left) = replica.backoff {
+                    out.recheck_after = sooner(out.recheck_after, left);
+                    out.steps.push(Step::Waiting {
+                        ordinal: replica.ordinal,
+                        pod: replica.pod.as_ref().map(|p| p.name.clone()),
+                        claims: waiting_claims(replica),
+                        why: Wait::Refused { left },
+                    });
+                    continue;
+                }
                 // The record outlived the eviction (a crash, a refusal): the same pod again.
                 if let (Some(pod), Some(record)) = (&replica.pod, record) {
                     out.steps.push(Step::Evict {
@@ -433,7 +449,9 @@ pub(crate) fn plan(settings: &Settings, replicas: &[Replica]) -> Plan {
             continue;
         };
         // The grace runs from the latest claim's condition (a kubelet growing a volume online
-        // clears it within seconds).
+        // clears it within seconds), or from the pod turning Ready where that came later: a
+        // pod started since then had its volumes grown as they were mounted, and the kubelet
+        // clears the condition right after.
         let since = replica
             .claims
             .iter()
@@ -442,7 +460,8 @@ pub(crate) fn plan(settings: &Settings, replicas: &[Replica]) -> Plan {
                 _ => None,
             })
             .max()
-            .flatten();
+            .flatten()
+            .map(|since| pod.ready_since.map_or(since, |ready| since.max(ready)));
         let waited = since.map_or(Duration::ZERO, |since| {
             Duration::try_from(settings.now.duration_since(since)).unwrap_or_default()
         });
@@ -452,6 +471,11 @@ pub(crate) fn plan(settings: &Settings, replicas: &[Replica]) -> Plan {
             let left = settings.grace.saturating_sub(waited);
             out.recheck_after = sooner(out.recheck_after, left.max(Duration::from_secs(1)));
             out.steps.push(waiting(Wait::Grace { left }));
+            continue;
+        }
+        if let Some(left) = replica.backoff {
+            out.recheck_after = sooner(out.recheck_after, left);
+            out.steps.push(waiting(Wait::Refused { left }));
             continue;
         }
         // A replica already down costs none of the budget.
@@ -589,6 +613,11 @@ pub(crate) fn actions(namespace: &str, set: &ObjectReference, plan: &Plan) -> Ve
                 why: why @ (Wait::NotOptedIn | Wait::OnDelete),
                 ..
             } => {
+                // Each pod its own Event (the recorder folds Events of one object, reason and
+                // related object into a series).
+                let related = pod
+                    .as_deref()
+                    .map(|pod| Target::new(Kind::Pod, namespace, pod).reference());
                 let pod = pod.as_deref().unwrap_or("its pod");
                 let what = format!(
                     "claim {} waits for pod {pod} to be re-created to finish growing its file system (FileSystemResizePending)",
@@ -606,6 +635,7 @@ pub(crate) fn actions(namespace: &str, set: &ObjectReference, plan: &Plan) -> Ve
                 };
                 actions.push(Action::Report(
                     Report::warning(set.clone(), "PodRestartNeededForResize", "EvictPod", note)
+                        .related(related)
                         .once(format!(
                             "restart-needed/{namespace}/{set_name}/{pod}/{}",
                             claims.join(",")
@@ -623,6 +653,7 @@ pub(crate) fn actions(namespace: &str, set: &ObjectReference, plan: &Plan) -> Ve
                             claims.join(", ")
                         ),
                     )
+                    .related(Some(Target::new(Kind::Pod, namespace, pod).reference()))
                     .once(format!(
                         "resize-not-finished/{namespace}/{set_name}/{pod}/{}",
                         claims.join(",")

@@ -717,7 +717,7 @@ fn claims_waiting_for_a_restart_name_the_pod() {
             "/metadata/annotations/{}",
             names_key(crate::names::RESIZE_RESTART)
         ),
-        json!("{\"pod\":\"web-2\",\"podUid\":\"u-2\",\"at\":\"2027-01-15T08:00:00Z\"}"),
+        json!("{\"pod\":\"web-2\",\"podUID\":\"u-2\",\"at\":\"2027-01-15T08:00:00Z\"}"),
     );
     let restarting = report(&objects(converged, evicted));
     let web = &restarting.items[0];

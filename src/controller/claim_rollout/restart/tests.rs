@@ -31,6 +31,7 @@ fn replica(ordinal: u32, health: Health, resize: Resize) -> Replica {
             health,
             ready_since: Some(at(0)),
         }),
+        backoff: None,
         claims: vec![Claim {
             name: format!("data-web-{ordinal}"),
             uid: Some(format!("claim-{ordinal}")),
@@ -81,6 +82,7 @@ fn summary(plan: &Plan) -> Vec<(u32, String)> {
                     Wait::BeingReplaced => "being-replaced",
                     Wait::Budget => "budget",
                     Wait::Grace { .. } => "grace",
+                    Wait::Refused { .. } => "refused",
                 }
                 .to_owned(),
             ),
@@ -234,6 +236,30 @@ fn which_pod_is_restarted_when() {
             want: vec![(0, "budget")],
         },
         Case {
+            name: "a refused eviction waits out its backoff, and holds the budget",
+            settings: settings(),
+            replicas: vec![
+                Replica {
+                    backoff: Some(Duration::from_secs(4)),
+                    ..recorded(stuck(2), "pod-2")
+                },
+                stuck(1),
+            ],
+            want: vec![(2, "refused"), (1, "budget")],
+        },
+        Case {
+            name: "past its backoff: asked again",
+            settings: settings(),
+            replicas: vec![recorded(stuck(2), "pod-2"), stuck(1)],
+            want: vec![(2, "evict"), (1, "budget")],
+        },
+        Case {
+            name: "a pod that turned Ready after the condition had its volume grown at mount: the grace runs from then",
+            settings: settings(),
+            replicas: vec![with_pod(stuck(1), |p| p.ready_since = Some(at(990)))],
+            want: vec![(1, "grace")],
+        },
+        Case {
             name: "online expansion in progress: no restart",
             settings: settings(),
             replicas: vec![replica(0, Available, Resize::InProgress)],
@@ -312,6 +338,13 @@ fn the_grace_and_min_ready_seconds_say_when_to_look_again() {
     let plan = super::plan(&settings(), &[new_pod]);
     assert_eq!(summary(&plan), []);
     assert_eq!(plan.recheck_after, Some(Duration::from_secs(10)));
+    // A refusal's backoff: looked at again when it ends.
+    let refused = Replica {
+        backoff: Some(Duration::from_secs(4)),
+        ..recorded(replica(0, Health::Available, waits(120)), "pod-0")
+    };
+    let plan = super::plan(&settings(), &[refused]);
+    assert_eq!(plan.recheck_after, Some(Duration::from_secs(4)));
 }
 
 #[test]
@@ -320,7 +353,7 @@ fn claims_tell_their_resize_and_record() {
         serde_json::from_value::<PersistentVolumeClaim>(serde_json::json!({
             "metadata": {"name": "data-web-0", "annotations": {
                 "stateful-admission.io/resize-restart":
-                    "{\"pod\":\"web-0\",\"podUid\":\"u-1\",\"at\":\"2027-01-15T08:00:00Z\"}"}},
+                    "{\"pod\":\"web-0\",\"podUID\":\"u-1\",\"at\":\"2027-01-15T08:00:00Z\"}"}},
             "spec": {"resources": {"requests": {"storage": request}}},
             "status": {"phase": "Bound", "capacity": {"storage": capacity},
                        "conditions": conditions}}))
