@@ -336,21 +336,16 @@ async fn rollout(
         .iter()
         .enumerate()
         .map(|(index, &ordinal)| {
-            let pod = snapshot
-                .pods
-                .iter()
-                .find(|(n, _)| *n == ordinal)
-                .and_then(|(_, p)| p.as_ref())
-                .map(|p| PodFacts {
-                    revision: p
-                        .metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get("controller-revision-hash"))
-                        .cloned(),
-                    created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    terminating: p.metadata.deletion_timestamp.is_some(),
-                });
+            let pod = snapshot.pod(ordinal).map(|p| PodFacts {
+                revision: p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("controller-revision-hash"))
+                    .cloned(),
+                created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                terminating: p.metadata.deletion_timestamp.is_some(),
+            });
             let slots = templates
                 .iter()
                 .map(|t| {
@@ -517,10 +512,7 @@ async fn restart_pods(
             // Only a pod this set controls is its replica's (upstream's controller sees no
             // other).
             let pod = snapshot
-                .pods
-                .iter()
-                .find(|(n, _)| *n == ordinal)
-                .and_then(|(_, p)| p.as_deref())
+                .pod(ordinal)
                 .filter(|p| {
                     p.metadata
                         .owner_references
