@@ -39,6 +39,13 @@ pub const JOURNAL_STEP: &str = "stateful-admission.io/journal-step";
 pub fn journal_name(namespace: &str, name: &str) -> String {
     format!("sa-journal.{namespace}.{name}")
 }
+/// On a StatefulSet: `"true"` restarts (evicts) a replica's pod whose claim waits for it to
+/// finish growing its file system (offline node expansion); `"false"` never does. Without it
+/// the `serve` flag `--restart-pods-for-resize` decides.
+pub const RESTART_PODS_FOR_RESIZE: &str = "stateful-admission.io/restart-pods-for-resize";
+/// On a claim, written by the controller before it evicts the claim's pod for a resize: the
+/// pod and its uid (so a restart survives a crash and is never made twice).
+pub const RESIZE_RESTART: &str = "stateful-admission.io/resize-restart";
 /// On the controller's Lease, kept by its holder: the apiserver's MaxUnavailableStatefulSet
 /// gate as the controller knows it (`enabled`, `disabled`, `unknown: <why>`), for `check`.
 pub const LEASE_MAX_UNAVAILABLE_GATE: &str = "stateful-admission.io/max-unavailable-gate";

@@ -804,6 +804,15 @@ impl Features {
                 false,
             ));
         }
+        if self.claim_rollout {
+            needs.push(a(
+                "pod restarts for offline expansion",
+                "create",
+                "",
+                "pods/eviction",
+                false,
+            ));
+        }
         if self.claim_rollout || self.converge || self.conditions {
             needs.push(a(
                 "convergence / conditions",

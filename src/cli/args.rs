@@ -407,6 +407,15 @@ pub struct ControllerArgs {
     /// looked at again.
     #[arg(long, env = "STATEFUL_ADMISSION_CONVERGE_POLL", default_value = "1s", value_parser = parse_duration)]
     pub converge_poll: Duration,
+    /// Restart (evict, through the Eviction API) a replica's pod whose claim waits for it to be
+    /// re-created to finish growing its file system (offline node expansion), for sets without
+    /// the annotation stateful-admission.io/restart-pods-for-resize.
+    #[arg(long, env = "STATEFUL_ADMISSION_RESTART_PODS_FOR_RESIZE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub restart_pods_for_resize: bool,
+    /// How long a claim waits at FileSystemResizePending before its pod is restarted (a volume
+    /// that grows online finishes within seconds and is never restarted for).
+    #[arg(long, env = "STATEFUL_ADMISSION_RESIZE_RESTART_GRACE", default_value = "60s", value_parser = parse_duration)]
+    pub resize_restart_grace: Duration,
     /// Drive maxUnavailable rolling updates where the apiserver's gate is off.
     #[arg(long, env = "STATEFUL_ADMISSION_MAX_UNAVAILABLE_DRIVER", default_value_t = true, action = clap::ArgAction::Set)]
     pub max_unavailable_driver: bool,
@@ -473,6 +482,8 @@ impl ControllerArgs {
                 max_unavailable: self.max_unavailable_driver,
             },
             converge_poll: self.converge_poll,
+            restart_pods_for_resize: self.restart_pods_for_resize,
+            resize_restart_grace: self.resize_restart_grace,
             mode: match self.controller_mode {
                 ControllerModeArg::Enforce => executor::Mode::Enforce,
                 ControllerModeArg::Observe => executor::Mode::Observe,

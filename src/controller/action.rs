@@ -36,10 +36,14 @@ pub enum Verb {
     RestoreOwnership,
     /// Close a convergence journal.
     EndConvergence,
+    /// Record on a claim that its pod is restarted for a resize (or remove the record).
+    RecordPodRestart,
+    /// Evict a pod whose claim waits for it to be re-created to finish a resize.
+    EvictPod,
 }
 
 impl Verb {
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 14] = [
         Self::PatchClaim,
         Self::AssignStorageClass,
         Self::WriteClaimStatus,
@@ -52,6 +56,8 @@ impl Verb {
         Self::CreateStatefulSet,
         Self::RestoreOwnership,
         Self::EndConvergence,
+        Self::RecordPodRestart,
+        Self::EvictPod,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -68,6 +74,8 @@ impl Verb {
             Self::CreateStatefulSet => "CreateStatefulSet",
             Self::RestoreOwnership => "RestoreOwnership",
             Self::EndConvergence => "EndConvergence",
+            Self::RecordPodRestart => "RecordPodRestart",
+            Self::EvictPod => "EvictPod",
         }
     }
 
@@ -86,6 +94,8 @@ impl Verb {
             Self::CreateStatefulSet => "WouldCreateStatefulSet",
             Self::RestoreOwnership => "WouldRestoreOwnership",
             Self::EndConvergence => "WouldEndConvergence",
+            Self::RecordPodRestart => "WouldRecordPodRestart",
+            Self::EvictPod => "WouldEvictPod",
         }
     }
 }
@@ -190,6 +200,11 @@ pub enum Request {
         resource_version: Option<String>,
         /// `propagationPolicy: Orphan` (the set's pods and claims stay).
         orphan: bool,
+    },
+    /// A pod's eviction (`pods/eviction`: the apiserver deletes it only where its
+    /// PodDisruptionBudgets allow, else 429), only while the pod has this uid.
+    Evict {
+        uid: Option<String>,
     },
 }
 

@@ -474,6 +474,36 @@ impl Executor {
                     .await
                     .map(|answer| answer.left().map(Box::new))
             }
+            Request::Evict { uid } => {
+                use k8s_openapi::api::policy::v1::Eviction;
+                use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+                let pods: Api<k8s_openapi::api::core::v1::Pod> =
+                    Api::namespaced(self.client.clone(), &target.namespace);
+                // Posted as an Eviction object: kube's `Api::evict` sends its delete options
+                // under a key the apiserver ignores, so the uid precondition would not arrive.
+                let eviction = Eviction {
+                    metadata: meta::ObjectMeta {
+                        name: Some(target.name.clone()),
+                        namespace: Some(target.namespace.clone()),
+                        ..meta::ObjectMeta::default()
+                    },
+                    delete_options: Some(meta::DeleteOptions {
+                        preconditions: Some(meta::Preconditions {
+                            uid: uid.clone(),
+                            resource_version: None,
+                        }),
+                        ..meta::DeleteOptions::default()
+                    }),
+                };
+                pods.create_subresource::<_, kube::core::Status>(
+                    "eviction",
+                    &target.name,
+                    &field_manager::post(),
+                    &eviction,
+                )
+                .await
+                .map(|_| None)
+            }
         }
     }
 

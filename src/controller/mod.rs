@@ -87,6 +87,11 @@ pub struct ControllerConfig {
     pub converge_poll: Duration,
     /// Act, or only report what would be done.
     pub mode: executor::Mode,
+    /// Restart (evict) a replica's pod whose claim waits for it to finish growing its file
+    /// system, for sets without the `restart-pods-for-resize` annotation.
+    pub restart_pods_for_resize: bool,
+    /// How long a claim waits at `FileSystemResizePending` before its pod is restarted.
+    pub resize_restart_grace: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -100,6 +105,8 @@ impl Default for ControllerConfig {
             features: Features::default(),
             converge_poll: Duration::from_secs(1),
             mode: executor::Mode::Enforce,
+            restart_pods_for_resize: false,
+            resize_restart_grace: Duration::from_secs(60),
         }
     }
 }

@@ -325,7 +325,7 @@ async fn reconcile_set(set: Arc<StatefulSet>, runner: &Runner) -> Result<Action,
         }
     };
     if let Some(rollout) = &features.claim_rollout {
-        note(rollout.sync(&snapshot, ctx).await.map(|()| None), "claims");
+        note(rollout.sync(&snapshot, ctx).await, "claims");
     }
     if let Some(convergence) = &features.convergence {
         note(convergence.sync(&snapshot, ctx).await, "claims");

@@ -71,6 +71,14 @@ impl SetSnapshot {
         })
     }
 
+    /// The pod of replica `ordinal`, where it exists.
+    pub fn pod(&self, ordinal: u32) -> Option<&Pod> {
+        self.pods
+            .iter()
+            .find(|(n, _)| *n == ordinal)
+            .and_then(|(_, p)| p.as_deref())
+    }
+
     /// Whether a plan from this snapshot is stale for the set's objects of `kind`: we wrote
     /// one of them at the version the view still shows (the executor's expectations), so
     /// planning now would count without that write. Its watch event brings the next look.

@@ -86,7 +86,13 @@ pub(crate) fn judge(set: &SetStatus, now: Timestamp, grace: Duration) -> Verdict
         Presence::Present => {}
     }
     let c = &set.claims;
-    let open = c.updating + c.pending + c.waiting + c.incompatible + c.failed;
+    let open = c.updating
+        + c.pending
+        + c.waiting
+        + c.incompatible
+        + c.failed
+        + c.waiting_for_restart
+        + c.restarting;
     let converged = set.convergence.phase == ConvergencePhase::None;
     if converged && (!set.claims_awaited || open == 0) {
         // Everything else is done: a recorded class change the cluster cannot apply has
@@ -263,7 +269,11 @@ fn open_claims(set: &SetStatus) -> String {
         .filter(|c| {
             matches!(
                 c.state,
-                ClaimState::Updating | ClaimState::Pending | ClaimState::Waiting
+                ClaimState::Updating
+                    | ClaimState::Pending
+                    | ClaimState::Waiting
+                    | ClaimState::WaitingForRestart
+                    | ClaimState::Restarting
             )
         })
         .collect();
@@ -274,6 +284,8 @@ fn open_claims(set: &SetStatus) -> String {
             let state = match c.state {
                 ClaimState::Updating => "updating",
                 ClaimState::Pending => "to be patched",
+                ClaimState::WaitingForRestart => "waiting for a restart",
+                ClaimState::Restarting => "restarting",
                 _ => "waiting",
             };
             let detail = match c.state {

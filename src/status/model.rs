@@ -317,6 +317,10 @@ pub(crate) struct ClaimCounts {
     pub provisioning: u32,
     pub incompatible: u32,
     pub failed: u32,
+    /// Waiting for their pod to be re-created to finish growing (also awaited).
+    pub waiting_for_restart: u32,
+    /// Their pod evicted for the resize, not back with the capacity yet (also awaited).
+    pub restarting: u32,
     /// Larger than the template (also counted as compatible).
     pub over_sized: u32,
     /// Claims not created yet (not in `total`).
@@ -425,6 +429,12 @@ pub(crate) enum ClaimState {
     Compatible,
     /// Patched; the volume has not caught up yet (expansion or modification in progress).
     Updating,
+    /// Its file system waits for its pod to be re-created (`FileSystemResizePending`: the
+    /// volume's driver grows it only offline).
+    WaitingForRestart,
+    /// Its pod was evicted by the controller for the resize; waiting for the new pod and the
+    /// capacity.
+    Restarting,
     /// The controller will patch it (now, or when the maxUnavailable budget allows).
     Pending,
     /// Not patched on its own: policy `OnDelete`, a partition, or a pod to re-create first.
@@ -860,7 +870,8 @@ fn present(
             let (state, message) = match assessment {
                 Assessment::Compatible => (ClaimState::Compatible, None),
                 _ if failure.is_some() => (ClaimState::Failed, failure),
-                Assessment::Updating => (ClaimState::Updating, None),
+                Assessment::Updating => restart_state(set, claim, &rollout, &pod_name)
+                    .unwrap_or((ClaimState::Updating, None)),
                 Assessment::Waiting(_) if !bound(claim) && !needs_patch(template, claim) => (
                     ClaimState::Provisioning,
                     Some("not bound yet; it asks for its template's size".to_owned()),
@@ -902,6 +913,8 @@ fn present(
                 ClaimState::Provisioning => counts.provisioning += 1,
                 ClaimState::Incompatible => counts.incompatible += 1,
                 ClaimState::Failed => counts.failed += 1,
+                ClaimState::WaitingForRestart => counts.waiting_for_restart += 1,
+                ClaimState::Restarting => counts.restarting += 1,
                 ClaimState::Missing => {}
             }
             // As the controller's status counts it: capacity (else request) above the template.
@@ -922,8 +935,14 @@ fn present(
         &journal_name(&namespace, &name),
     );
     let convergence = convergence(Some(set), journal, inputs, selection, &namespace, &name);
-    let claims_open =
-        counts.updating + counts.pending + counts.waiting + counts.incompatible + counts.failed > 0;
+    let claims_open = counts.updating
+        + counts.pending
+        + counts.waiting
+        + counts.incompatible
+        + counts.failed
+        + counts.waiting_for_restart
+        + counts.restarting
+        > 0;
     // Only a change in flight has an age worth showing.
     let change_recorded_at = (convergence.phase != ConvergencePhase::None || claims_open)
         .then(|| change_recorded_at(set, desired_raw.is_some()))
@@ -989,6 +1008,57 @@ fn present(
         claim_list,
         verdict: Verdict::default(),
     }
+}
+
+/// An updating claim that waits for its pod to be re-created (offline expansion), or whose
+/// pod the controller evicted for it, with what the user should know; `None` for any other.
+fn restart_state(
+    set: &StatefulSet,
+    claim: &PersistentVolumeClaim,
+    rollout: &plan::Rollout,
+    pod: &str,
+) -> Option<(ClaimState, Option<String>)> {
+    use crate::controller::claim_rollout::restart::{Record, Resize};
+    let namespace = set.metadata.namespace.as_deref().unwrap_or_default();
+    if let Some(record) = Record::of(claim) {
+        return Some((
+            ClaimState::Restarting,
+            Some(format!(
+                "pod {} evicted at {} for this resize: waiting for it to be re-created and the file system to grow",
+                record.pod,
+                format_time(record.at)
+            )),
+        ));
+    }
+    let Resize::WaitsForRestart { since } = Resize::of(claim) else {
+        return None;
+    };
+    let since = since.map_or_else(String::new, |t| format!(" since {}", format_time(t)));
+    let waits = format!(
+        "waits for pod {pod} to be re-created to finish growing its file system (FileSystemResizePending{since})"
+    );
+    let opted = set
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::RESTART_PODS_FOR_RESIZE))
+        .map(|v| v.trim());
+    let message = if !rollout.rolling {
+        format!(
+            "{waits}; updateStrategy OnDelete: restart it yourself (kubectl delete pod -n {namespace} {pod})"
+        )
+    } else if opted == Some("true") {
+        format!(
+            "{waits}; the controller evicts it after its grace period, within the budget ({}=true)",
+            names::RESTART_PODS_FOR_RESIZE
+        )
+    } else {
+        format!(
+            "{waits}; restart it (kubectl delete pod -n {namespace} {pod}), or let the controller: annotate the set {}=true (or its --restart-pods-for-resize)",
+            names::RESTART_PODS_FOR_RESIZE
+        )
+    };
+    Some((ClaimState::WaitingForRestart, Some(message)))
 }
 
 fn policy_name(policy: ClaimUpdatePolicy) -> String {

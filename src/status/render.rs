@@ -273,7 +273,12 @@ pub(crate) fn following(set: &SetStatus) -> Vec<TemplateChange> {
     let moving = set.claim_list.iter().filter(|c| {
         matches!(
             c.state,
-            ClaimState::Pending | ClaimState::Updating | ClaimState::Waiting | ClaimState::Failed
+            ClaimState::Pending
+                | ClaimState::Updating
+                | ClaimState::Waiting
+                | ClaimState::Failed
+                | ClaimState::WaitingForRestart
+                | ClaimState::Restarting
         )
     });
     for c in moving {
@@ -335,6 +340,8 @@ pub(crate) fn claims_text(c: &ClaimCounts) -> String {
         (c.provisioning, "provisioning"),
         (c.incompatible, "incompatible"),
         (c.failed, "failed"),
+        (c.waiting_for_restart, "waiting for a restart"),
+        (c.restarting, "restarting"),
         (c.over_sized, "over-sized"),
         (c.missing, "missing"),
     ] {
@@ -669,6 +676,8 @@ pub(crate) fn claim_state(s: ClaimState) -> &'static str {
         ClaimState::Provisioning => "Provisioning",
         ClaimState::Incompatible => "Incompatible",
         ClaimState::Failed => "Failed",
+        ClaimState::WaitingForRestart => "WaitingForRestart",
+        ClaimState::Restarting => "Restarting",
         ClaimState::Missing => "Missing",
     }
 }
@@ -1041,7 +1050,8 @@ Events:
         assert_eq!(
             web["claims"],
             json!({"total": 3, "compatible": 1, "updating": 1, "pending": 1,
-            "held": 0, "waiting": 0, "provisioning": 0, "incompatible": 0, "failed": 0, "overSized": 0, "missing": 0})
+            "held": 0, "waiting": 0, "provisioning": 0, "incompatible": 0, "failed": 0,
+            "waitingForRestart": 0, "restarting": 0, "overSized": 0, "missing": 0})
         );
         assert_eq!(web["maxUnavailable"]["budget"], 2);
         assert_eq!(web["maxUnavailable"]["batch"], 2);
@@ -1123,12 +1133,14 @@ Events:
             provisioning: 1,
             incompatible: 1,
             failed: 1,
+            waiting_for_restart: 1,
+            restarting: 1,
             over_sized: 1,
             missing: 2,
         };
         assert_eq!(
             claims_text(&all),
-            "2/9 (1 updating, 1 pending, 1 held, 1 waiting, 1 provisioning, 1 incompatible, 1 failed, 1 over-sized, 2 missing)"
+            "2/9 (1 updating, 1 pending, 1 held, 1 waiting, 1 provisioning, 1 incompatible, 1 failed, 1 waiting for a restart, 1 restarting, 1 over-sized, 2 missing)"
         );
         assert_eq!(progress_bar(0, 4, 8), "[........] 0/4");
         assert_eq!(progress_bar(3, 4, 8), "[######..] 3/4");

@@ -81,6 +81,12 @@ const GATE_LEARNED: &str = "max_unavailable_gate_learned_after_failed_probes";
 const GATE_ON: &str = "max_unavailable_gate_on_builtin_drives";
 const VAC: &str = "volume_attributes_class_edit_reaches_claims";
 const VAC_DROPPED: &str = "volume_attributes_class_the_cluster_drops_is_told_and_never_stalls";
+/// Needs nothing a version lacks (the Eviction API and policy/v1 budgets are older than every
+/// captured version): it runs everywhere, on the first cluster.
+const OFFLINE_EXPANSION: &str = "offline_expansion_restarts_pods_through_the_eviction_api";
+
+/// Scenarios that must run on every captured apiserver, alone and with a second cluster.
+const EVERYWHERE: [&str; 1] = [OFFLINE_EXPANSION];
 
 /// The scenarios skipped with `KUBECONFIG` alone on each captured apiserver, and why; every
 /// other scenario runs there.
@@ -254,6 +260,28 @@ fn selection_table() -> Result<(), Failed> {
             );
         }
     }
+    for name in EVERYWHERE {
+        for (label, skips) in skips_alone() {
+            check(
+                &mut failures,
+                format!("{label}: {name} is skipped, but it runs everywhere"),
+                skips.iter().all(|(skipped, _)| *skipped != name),
+            );
+        }
+        for ((first, second), on_second, nowhere) in pairs() {
+            check(
+                &mut failures,
+                format!("{first} + {second}: {name} runs on the first cluster"),
+                !on_second.contains(&name) && nowhere.iter().all(|(skipped, _)| *skipped != name),
+            );
+        }
+        let needs = all.iter().find(|s| s.name == name).map(|s| s.needs.len());
+        check(
+            &mut failures,
+            format!("{name} needs nothing of a version: {needs:?}"),
+            needs == Some(0),
+        );
+    }
     for name in [
         GATE_OFF_FIELD,
         GATE_OFF_ANNOTATION,
@@ -261,6 +289,7 @@ fn selection_table() -> Result<(), Failed> {
         GATE_ON,
         VAC,
         VAC_DROPPED,
+        OFFLINE_EXPANSION,
     ] {
         check(
             &mut failures,

@@ -388,3 +388,58 @@ async fn observe_mode_writes_nothing_but_one_event_per_planned_change() {
         "{note}"
     );
 }
+
+/// An eviction carries the pod's uid as its precondition (in the body the apiserver reads, not
+/// the key kube's `Api::evict` uses, which it ignores) and the field manager: the wrong uid is
+/// a conflict and the pod stays; the right one evicts it.
+#[tokio::test]
+async fn an_eviction_carries_the_pods_uid_as_a_precondition() {
+    let api = FakeApiServer::start().await;
+    let pod = api.put_object(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-0", "namespace": "db", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Running",
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }));
+    let uid = pod["metadata"]["uid"].as_str().expect("uid").to_owned();
+    let (exec, metrics) = executor(&api, Mode::Enforce);
+    let evict = |uid: &str| {
+        Write::new(
+            Verb::EvictPod,
+            Target::new(Kind::Pod, "db", "web-0"),
+            Request::Evict {
+                uid: Some(uid.to_owned()),
+            },
+            "evict".into(),
+        )
+        .expected(&[404, 409, 429])
+    };
+    let refused = exec
+        .write(&evict("the-pod-before"))
+        .await
+        .expect_err("precondition");
+    assert!(
+        matches!(&refused, kube::Error::Api(s) if s.code == 409),
+        "{refused:?}"
+    );
+    assert!(api.get_object(&resources::PODS, "db", "web-0").is_some());
+    exec.write(&evict(&uid)).await.expect("evicted");
+    assert!(api.get_object(&resources::PODS, "db", "web-0").is_none());
+    assert_eq!(api.evictions_of("db", "web-0"), 1);
+    let posted: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/pods/web-0/eviction"))
+        .collect();
+    assert_eq!(posted.len(), 2);
+    for r in &posted {
+        assert!(r.query.contains("fieldManager=stateful-admission"), "{r:?}");
+    }
+    let body = posted[1].body.as_ref().expect("body");
+    assert_eq!(body["kind"], "Eviction", "{body}");
+    assert_eq!(body["metadata"]["name"], "web-0");
+    assert_eq!(body["deleteOptions"]["preconditions"]["uid"], uid.as_str());
+    assert_eq!(metrics.get("EvictPod", "conflict"), 1);
+    assert_eq!(metrics.get("EvictPod", "done"), 1);
+}

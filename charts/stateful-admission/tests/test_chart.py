@@ -399,6 +399,7 @@ FEATURE_GRANTS = [
     ("converge", ("ClusterRole", "statefulsets", "delete")),
     ("conditions", ("ClusterRole", "statefulsets/status", "patch")),
     ("maxUnavailable", ("ClusterRole", "pods", "delete")),
+    ("claimRollout", ("ClusterRole", "pods/eviction", "create")),
 ]
 
 

@@ -17,10 +17,12 @@
 
 pub(crate) mod assessment;
 pub(crate) mod plan;
+pub(crate) mod restart;
 pub(crate) mod status;
 
 use std::collections::HashSet;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -56,6 +58,12 @@ pub(crate) struct ClaimRollout {
     incompatible: Family<SetLabels, Gauge>,
     rollouts_in_progress: Gauge,
     in_progress: Mutex<HashSet<(String, String)>>,
+    pod_evictions: Counter,
+    pod_eviction_refusals: Counter,
+    /// Evictions refused in a row, by pod uid: how many, and not to be asked before when.
+    refusals: Mutex<std::collections::HashMap<String, (u32, std::time::Instant)>>,
+    /// Pods evicted (by uid) and when: seen as going while the pod cache has yet to hear of it.
+    evicted: Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl ClaimRollout {
@@ -81,6 +89,16 @@ impl ClaimRollout {
             "StatefulSets whose claims are not all compatible with their templates yet",
             m.rollouts_in_progress.clone(),
         );
+        registry.register(
+            "claim_pod_evictions",
+            "Pods evicted so that their claims finish growing their file systems (offline expansion)",
+            m.pod_evictions.clone(),
+        );
+        registry.register(
+            "claim_pod_eviction_refusals",
+            "Evictions for a resize refused by a PodDisruptionBudget (asked again later)",
+            m.pod_eviction_refusals.clone(),
+        );
         m
     }
 
@@ -96,11 +114,59 @@ impl ClaimRollout {
             .set(i64::try_from(sets.len()).unwrap_or(i64::MAX));
     }
 
-    /// One reconcile step of `snapshot`'s claims.
-    pub(crate) async fn sync(&self, snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
+    /// One reconcile step of `snapshot`'s claims; returns when to look again.
+    pub(crate) async fn sync(
+        &self,
+        snapshot: &SetSnapshot,
+        ctx: &Ctx,
+    ) -> Result<Option<Duration>, Error> {
         rollout(self, snapshot, ctx).await
     }
+
+    /// Notes an eviction of the pod with uid `pod` refused (or done: forgotten); returns the
+    /// wait before the next attempt: 1 s doubling to a minute.
+    fn refused(&self, pod: &str, refused: bool) -> Duration {
+        let mut refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        if !refused {
+            refusals.remove(pod);
+            return Duration::ZERO;
+        }
+        let now = std::time::Instant::now();
+        // Bounded: a pod that went elsewhere is forgotten once its backoff is long over.
+        refusals.retain(|_, (_, after)| now.saturating_duration_since(*after) < REFUSAL_MEMORY);
+        let (count, after) = refusals.entry(pod.to_owned()).or_insert((0, now));
+        *count = count.saturating_add(1);
+        let wait = crate::capabilities::run::retry_after(*count, Duration::from_secs(60));
+        *after = now + wait;
+        wait
+    }
+
+    /// Notes the pod with uid `pod` evicted.
+    fn evicted(&self, pod: &str) {
+        let mut evicted = self.evicted.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        evicted.retain(|_, at| now.saturating_duration_since(*at) < REFUSAL_MEMORY);
+        evicted.insert(pod.to_owned(), now);
+    }
+
+    /// Whether the pod with uid `pod` was evicted (lately).
+    fn was_evicted(&self, pod: &str) -> bool {
+        let evicted = self.evicted.lock().unwrap_or_else(|p| p.into_inner());
+        evicted.contains_key(pod)
+    }
+
+    /// How long an eviction of the pod with uid `pod` still waits after a refusal.
+    fn backoff(&self, pod: &str) -> Option<Duration> {
+        let refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, after) = refusals.get(pod)?;
+        let left = after.saturating_duration_since(std::time::Instant::now());
+        (!left.is_zero()).then_some(left)
+    }
 }
+
+/// How long a refusal's count outlives its backoff (a refusal after that starts again at 1 s),
+/// and an eviction is remembered.
+const REFUSAL_MEMORY: Duration = Duration::from_secs(600);
 
 fn annotations(set: &StatefulSet) -> Option<&std::collections::BTreeMap<String, String>> {
     set.metadata.annotations.as_ref()
@@ -223,7 +289,11 @@ async fn warn_once(ctx: &Ctx, key: String, set: &StatefulSet, reason: &str, note
         .await;
 }
 
-async fn rollout(metrics: &ClaimRollout, snapshot: &SetSnapshot, ctx: &Ctx) -> Result<(), Error> {
+async fn rollout(
+    metrics: &ClaimRollout,
+    snapshot: &SetSnapshot,
+    ctx: &Ctx,
+) -> Result<Option<Duration>, Error> {
     let set = snapshot.set.as_ref();
     let (ns, name) = (&snapshot.namespace, &snapshot.name);
     let uid = set.metadata.uid.clone().unwrap_or_default();
@@ -238,16 +308,16 @@ async fn rollout(metrics: &ClaimRollout, snapshot: &SetSnapshot, ctx: &Ctx) -> R
                 why,
             )
             .await;
-            return Ok(());
+            return Ok(None);
         }
     };
     if templates.is_empty() || set.metadata.deletion_timestamp.is_some() {
-        return Ok(());
+        return Ok(None);
     }
     // A claim we patched whose new version the cache has not shown yet: planning now would
     // work on stale sizes and budgets. Its watch event triggers the next reconcile.
     if snapshot.is_stale(&ctx.exec, Kind::Claim) {
-        return Ok(());
+        return Ok(None);
     }
     let (mut settings, problem) = rollout_settings(set, snapshot.ordinals.len());
     settings.cluster = plan::ClusterFacts::of(&ctx.capabilities.get());
@@ -266,21 +336,16 @@ async fn rollout(metrics: &ClaimRollout, snapshot: &SetSnapshot, ctx: &Ctx) -> R
         .iter()
         .enumerate()
         .map(|(index, &ordinal)| {
-            let pod = snapshot
-                .pods
-                .iter()
-                .find(|(n, _)| *n == ordinal)
-                .and_then(|(_, p)| p.as_ref())
-                .map(|p| PodFacts {
-                    revision: p
-                        .metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get("controller-revision-hash"))
-                        .cloned(),
-                    created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    terminating: p.metadata.deletion_timestamp.is_some(),
-                });
+            let pod = snapshot.pod(ordinal).map(|p| PodFacts {
+                revision: p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("controller-revision-hash"))
+                    .cloned(),
+                created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                terminating: p.metadata.deletion_timestamp.is_some(),
+            });
             let slots = templates
                 .iter()
                 .map(|t| {
@@ -399,9 +464,145 @@ async fn rollout(metrics: &ClaimRollout, snapshot: &SetSnapshot, ctx: &Ctx) -> R
             first_error.get_or_insert(Error::Kube(e));
         }
     }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    restart_pods(metrics, snapshot, ctx, &settings).await
+}
+
+/// Whether `set` restarts pods for resizes: its annotation, else the `serve` default.
+fn restarts_pods(set: &StatefulSet, default: bool) -> bool {
+    match annotations(set)
+        .and_then(|a| a.get(names::RESTART_PODS_FOR_RESIZE))
+        .map(|v| v.trim())
+    {
+        Some("true") => true,
+        Some("false") => false,
+        _ => default,
+    }
+}
+
+/// Expansions waiting for a pod restart ([`restart`]): plans and carries out the evictions;
+/// returns when to look again (a grace period ending, a pod becoming available, a refusal's
+/// backoff).
+async fn restart_pods(
+    metrics: &ClaimRollout,
+    snapshot: &SetSnapshot,
+    ctx: &Ctx,
+    rollout: &Rollout,
+) -> Result<Option<Duration>, Error> {
+    let set = snapshot.set.as_ref();
+    let now = jiff::Timestamp::now();
+    let min_ready_seconds = i64::from(set.spec.min_ready_seconds.unwrap_or(0).max(0));
+    let settings = restart::Settings {
+        restart: restarts_pods(set, ctx.config.restart_pods_for_resize),
+        rolling: rollout.rolling,
+        partition: rollout.partition,
+        max_unavailable: rollout.max_unavailable,
+        update_revision: rollout.update_revision.clone(),
+        grace: ctx.config.resize_restart_grace,
+        now,
+    };
+    let owner = set.metadata.uid.as_deref();
+    let replicas: Vec<restart::Replica> = snapshot
+        .ordinals
+        .iter()
+        .enumerate()
+        .map(|(index, &ordinal)| {
+            // Only a pod this set controls is its replica's (upstream's controller sees no
+            // other).
+            let pod = snapshot
+                .pod(ordinal)
+                .filter(|p| {
+                    p.metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == owner)
+                })
+                .and_then(|p| restart::PodState::of(p, min_ready_seconds, now))
+                .map(|mut pod| {
+                    // Evicted, and the pod cache has not heard of it yet: going.
+                    if metrics.was_evicted(&pod.uid) {
+                        pod.health = super::max_unavailable::plan::Health::Terminating;
+                    }
+                    pod
+                });
+            restart::Replica {
+                index,
+                ordinal,
+                backoff: pod.as_ref().and_then(|p| metrics.backoff(&p.uid)),
+                pod,
+                claims: snapshot
+                    .claims
+                    .iter()
+                    .filter(|(_, n, _)| *n == ordinal)
+                    .filter_map(|(_, _, c)| c.as_deref())
+                    .map(restart::Claim::of)
+                    .collect(),
+            }
+        })
+        .collect();
+    let plan = restart::plan(&settings, &replicas);
+    if plan.steps.is_empty() {
+        return Ok(plan.recheck_after);
+    }
+    let set_ref = action::reference_of(Kind::StatefulSet, &set.metadata);
+    let actions = restart::actions(&snapshot.namespace, &set_ref, &plan);
+    let ran = ctx.exec.run(&actions).await;
+    let mut next = plan.recheck_after;
+    let mut first_error = None;
+    for (action, ran) in actions.iter().zip(ran) {
+        let Action::Write(write) = action else {
+            continue;
+        };
+        match (write.verb, ran) {
+            (Verb::EvictPod, Ran::Written(Ok(outcome))) if outcome.is_done() => {
+                metrics.pod_evictions.inc();
+                let uid = write.target.uid.as_deref().unwrap_or_default();
+                metrics.refused(uid, false);
+                metrics.evicted(uid);
+                tracing::info!(namespace = %snapshot.namespace, pod = %write.target.name, "evicted a pod whose claim waits for it to finish a resize");
+            }
+            (Verb::EvictPod, Ran::Written(Err(kube::Error::Api(status)))) if status.code == 429 => {
+                // A PodDisruptionBudget refuses it for now: asked again with backoff, said
+                // once per pod, never turned into a delete.
+                metrics.pod_eviction_refusals.inc();
+                let wait = metrics.refused(write.target.uid.as_deref().unwrap_or_default(), true);
+                next = Some(next.map_or(wait, |n| n.min(wait)));
+                ctx.exec
+                    .report(
+                        &Report::warning(
+                            set_ref.clone(),
+                            "PodEvictionRefused",
+                            "EvictPod",
+                            format!(
+                                "the eviction of pod {} for a resize was refused: {}; asked again in {}s, never deleted instead",
+                                write.target.name,
+                                crate::text::clip(&status.message, 300),
+                                wait.as_secs()
+                            ),
+                        )
+                        .related(Some(write.target.reference()))
+                        .once(format!(
+                            "eviction-refused/{}/{}",
+                            snapshot.namespace,
+                            write.target.uid.as_deref().unwrap_or_default()
+                        )),
+                    )
+                    .await;
+            }
+            (_, Ran::Written(Err(kube::Error::Api(status))))
+                if write.expected.contains(&status.code) => {}
+            (_, Ran::Written(Err(e))) => {
+                first_error.get_or_insert(Error::Kube(e));
+            }
+            _ => {}
+        }
+    }
     match first_error {
         Some(e) => Err(e),
-        None => Ok(()),
+        None => Ok(next),
     }
 }
 

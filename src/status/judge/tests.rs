@@ -656,3 +656,78 @@ fn a_class_the_cluster_cannot_apply_fails_only_a_change_and_only_at_the_end() {
         "{detail}"
     );
 }
+
+/// Claims whose file system waits for their pod to be re-created (offline expansion): not
+/// done, and the line names the pod to restart (or says the controller does it); a claim whose
+/// pod the controller evicted is restarting.
+#[test]
+fn claims_waiting_for_a_restart_name_the_pod() {
+    let converged = set("web", "2Gi", None, Some("InPlace"));
+    let pending = |claim: Value| {
+        with(
+            claim,
+            "/status/conditions",
+            json!([{"type": "FileSystemResizePending", "status": "True",
+                    "lastTransitionTime": time(500)}]),
+        )
+    };
+    let claims = vec![
+        claim("web", 0, "2Gi", "2Gi"),
+        claim("web", 1, "2Gi", "2Gi"),
+        pending(claim("web", 2, "2Gi", "1Gi")),
+    ];
+    let waiting = report(&objects(converged.clone(), claims.clone()));
+    let web = &waiting.items[0];
+    assert_eq!(web.claims.waiting_for_restart, 1);
+    let v = &web.verdict;
+    assert_eq!(
+        (v.result, v.reason.as_str()),
+        (Outcome::Progressing, "UpdatingClaims")
+    );
+    assert!(
+        v.message
+            .contains("data-web-2 waiting for a restart (waits for pod web-2 to be re-created")
+            && v.message.contains("kubectl delete pod -n db web-2"),
+        "{}",
+        v.message
+    );
+    // Opted in: the controller does it.
+    let opted = with(
+        converged.clone(),
+        &format!(
+            "/metadata/annotations/{}",
+            names_key(crate::names::RESTART_PODS_FOR_RESIZE)
+        ),
+        json!("true"),
+    );
+    let report_opted = report(&objects(opted, claims.clone()));
+    assert!(
+        report_opted.items[0]
+            .verdict
+            .message
+            .contains("the controller evicts it after its grace period"),
+        "{}",
+        report_opted.items[0].verdict.message
+    );
+    // Evicted by the controller: restarting, still awaited.
+    let mut evicted = claims;
+    evicted[2] = with(
+        evicted[2].clone(),
+        &format!(
+            "/metadata/annotations/{}",
+            names_key(crate::names::RESIZE_RESTART)
+        ),
+        json!("{\"pod\":\"web-2\",\"podUID\":\"u-2\",\"at\":\"2027-01-15T08:00:00Z\"}"),
+    );
+    let restarting = report(&objects(converged, evicted));
+    let web = &restarting.items[0];
+    assert_eq!(web.claims.restarting, 1);
+    assert_eq!(web.verdict.result, Outcome::Progressing);
+    assert!(
+        web.verdict
+            .message
+            .contains("data-web-2 restarting (pod web-2 evicted at"),
+        "{}",
+        web.verdict.message
+    );
+}

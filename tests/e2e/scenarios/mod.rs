@@ -7,6 +7,7 @@ mod denials;
 mod first_contact;
 mod in_place;
 mod max_unavailable;
+mod offline_expansion;
 mod operations;
 mod replicas;
 mod status_wait;
@@ -22,6 +23,7 @@ pub fn all() -> Vec<Scenario> {
         denials::namespace_default_class(),
         denials::expansion_limits(),
         in_place::in_place_rollout(),
+        offline_expansion::offline_expansion(),
         crash::crash_at_every_step(),
         crash::apply_during_recreate(),
         max_unavailable::gate_off_field(),

@@ -6,11 +6,18 @@
 //!   the PV controller then binds;
 //! - the external resizer (and the node's file system expansion): a bound claim asking for more
 //!   than its capacity gets it (`status.capacity`), or the resize error the scenario chose; a
-//!   claim whose `volumeAttributesClassName` changed gets it as current.
+//!   claim whose `volumeAttributesClassName` changed gets it as current. In offline-expansion
+//!   mode ([`Node::offline_expansion`]) it plays a driver that grows the file system only while
+//!   the volume is unpublished: the claim stops at `FileSystemResizePending` (its volume
+//!   expanded, `allocatedResources` the request, `allocatedResourceStatuses` `NodeResizePending`,
+//!   `status.capacity` unchanged, as external-resizer's `markPVCAsFSResizeRequired` leaves it)
+//!   until the pod that mounts it is another pod than then (another uid) and Ready; then the
+//!   capacity is set and the resize condition and status go (the kubelet's
+//!   `MarkFSResizeFinished`).
 //!
 //! Each polls its scenario's namespaces every 200 ms until the scenario ends.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,7 +43,29 @@ pub struct Node {
     slow_start: Arc<Mutex<Option<(Duration, std::time::Instant)>>>,
     /// When the kubelet first saw each pod (by uid).
     first_seen: Arc<Mutex<HashMap<String, std::time::Instant>>>,
+    /// Expansions finish only once the claim's pod is re-created ([`Node::offline_expansion`]).
+    offline: Arc<std::sync::atomic::AtomicBool>,
+    offline_state: Arc<Mutex<Offline>>,
 }
+
+/// What the offline resizer keeps: the claims waiting for a new pod, and what it saw.
+#[derive(Default)]
+struct Offline {
+    /// `namespace/claim` at `FileSystemResizePending` → the uid of its pod then (`None`: no
+    /// pod), and the new pods seen since.
+    waiting: HashMap<String, (Option<String>, BTreeSet<String>)>,
+    /// `namespace/claim` set to `FileSystemResizePending`, once per expansion, in order.
+    pending: Vec<String>,
+    /// `namespace/claim` whose expansion finished on a new pod, in order.
+    completed: Vec<String>,
+    /// `namespace/pod` → new pods (uids) it had while a claim of it waited.
+    restarts: BTreeMap<String, usize>,
+}
+
+/// The resizer's condition type and message (external-resizer, `markPVCAsFSResizeRequired`).
+pub const FILE_SYSTEM_RESIZE_PENDING: &str = "FileSystemResizePending";
+pub const FILE_SYSTEM_RESIZE_PENDING_MESSAGE: &str =
+    "Waiting for user to (re-)start a pod to finish file system resize of volume on node.";
 
 impl Node {
     pub fn hold_unready(&self, ns: &str, pod: &str) {
@@ -56,6 +85,32 @@ impl Node {
     /// From now on, new pods take `delay` to become Ready.
     pub fn slow_start(&self, delay: Duration) {
         *self.slow_start.lock().expect("slow start") = Some((delay, std::time::Instant::now()));
+    }
+
+    /// From now on, expansions wait at `FileSystemResizePending` for the claim's pod to be
+    /// re-created (a driver without online expansion).
+    pub fn offline_expansion(&self) {
+        self.offline
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `namespace/claim` the offline resizer set to `FileSystemResizePending`, in order.
+    pub fn resize_pending_claims(&self) -> Vec<String> {
+        self.offline_state.lock().expect("offline").pending.clone()
+    }
+
+    /// `namespace/claim` whose offline expansion finished, in order.
+    pub fn resize_completed_claims(&self) -> Vec<String> {
+        self.offline_state
+            .lock()
+            .expect("offline")
+            .completed
+            .clone()
+    }
+
+    /// `namespace/pod` → how many new pods it had while a claim of it waited for one.
+    pub fn restarts(&self) -> BTreeMap<String, usize> {
+        self.offline_state.lock().expect("offline").restarts.clone()
     }
 
     pub fn fail_resize(&self, ns: &str, claim: &str, message: &str) {
@@ -300,6 +355,10 @@ async fn resizer(client: &Client, ns: &str, node: &Node) {
                 .iter()
                 .flatten()
                 .any(|c| c.type_ == "ControllerResizeError" && c.status == "True");
+            if failure.is_none() && node.offline.load(std::sync::atomic::Ordering::SeqCst) {
+                offline_resize(client, ns, node, &claim, &request.0).await;
+                continue;
+            }
             let patch = match failure {
                 Some(_) if failing => continue,
                 Some(message) => json!({"status": {"conditions": [{
@@ -331,5 +390,134 @@ async fn resizer(client: &Client, ns: &str, node: &Node) {
                 .patch_status(&name, &manager("e2e-resizer"), &Patch::Merge(&patch))
                 .await;
         }
+    }
+}
+
+/// Whether a pod is Ready and not being deleted.
+fn ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The pod whose volumes mount `claim`.
+async fn pod_of(client: &Client, ns: &str, claim: &str) -> Option<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods.list(&ListParams::default()).await.ok()?;
+    list.items.into_iter().find(|pod| {
+        pod.spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .any(|v| {
+                v.persistent_volume_claim
+                    .as_ref()
+                    .is_some_and(|c| c.claim_name == claim)
+            })
+    })
+}
+
+/// One tick of the offline resizer for a bound claim asking for `request` above its capacity.
+async fn offline_resize(
+    client: &Client,
+    ns: &str,
+    node: &Node,
+    claim: &PersistentVolumeClaim,
+    request: &str,
+) {
+    let Some(name) = claim.metadata.name.clone() else {
+        return;
+    };
+    let key = format!("{ns}/{name}");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let conditions = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let pending = conditions
+        .iter()
+        .any(|c| c.type_ == FILE_SYSTEM_RESIZE_PENDING && c.status == "True");
+    let pod = pod_of(client, ns, &name).await;
+    let pod_uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
+    if !pending {
+        // The controller side is done: the volume has the size, the file system not yet.
+        if let Some(volume) = claim.spec.as_ref().and_then(|s| s.volume_name.as_ref()) {
+            let volumes: Api<PersistentVolume> = Api::all(client.clone());
+            let _ = volumes
+                .patch(
+                    volume,
+                    &manager("e2e-resizer"),
+                    &Patch::Merge(&json!({"spec": {"capacity": {"storage": request}}})),
+                )
+                .await;
+        }
+        let mut kept: Vec<serde_json::Value> = conditions
+            .iter()
+            .filter(|c| !matches!(c.type_.as_str(), "Resizing" | FILE_SYSTEM_RESIZE_PENDING))
+            .filter_map(|c| serde_json::to_value(c).ok())
+            .collect();
+        kept.push(json!({"type": FILE_SYSTEM_RESIZE_PENDING, "status": "True",
+                         "lastTransitionTime": jiff::Timestamp::now().to_string(),
+                         "message": FILE_SYSTEM_RESIZE_PENDING_MESSAGE}));
+        let patch = json!({"metadata": {"resourceVersion": claim.metadata.resource_version},
+                           "status": {"conditions": kept,
+                                      "allocatedResources": {"storage": request},
+                                      "allocatedResourceStatuses": {"storage": "NodeResizePending"}}});
+        if claims
+            .patch_status(&name, &manager("e2e-resizer"), &Patch::Merge(&patch))
+            .await
+            .is_ok()
+        {
+            let mut state = node.offline_state.lock().expect("offline");
+            state
+                .waiting
+                .insert(key.clone(), (pod_uid, BTreeSet::new()));
+            state.pending.push(key);
+        }
+        return;
+    }
+    let finished = {
+        let mut state = node.offline_state.lock().expect("offline");
+        let Offline {
+            waiting, restarts, ..
+        } = &mut *state;
+        // Pending before this resizer knew it: the pod there now is the one to replace.
+        let (then, recreated) = waiting
+            .entry(key.clone())
+            .or_insert_with(|| (pod_uid.clone(), BTreeSet::new()));
+        match (&pod, &pod_uid) {
+            (Some(pod), Some(uid)) if Some(uid) != then.as_ref() => {
+                if recreated.insert(uid.clone()) {
+                    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+                    *restarts.entry(format!("{ns}/{pod_name}")).or_insert(0) += 1;
+                }
+                ready(pod)
+            }
+            _ => false,
+        }
+    };
+    if !finished {
+        return;
+    }
+    let kept: Vec<serde_json::Value> = conditions
+        .iter()
+        .filter(|c| !matches!(c.type_.as_str(), "Resizing" | FILE_SYSTEM_RESIZE_PENDING))
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    let patch = json!({"metadata": {"resourceVersion": claim.metadata.resource_version},
+                       "status": {"capacity": {"storage": request},
+                                  "conditions": if kept.is_empty() { json!(null) } else { json!(kept) },
+                                  "allocatedResourceStatuses": {"storage": null}}});
+    if claims
+        .patch_status(&name, &manager("e2e-resizer"), &Patch::Merge(&patch))
+        .await
+        .is_ok()
+    {
+        let mut state = node.offline_state.lock().expect("offline");
+        state.waiting.remove(&key);
+        state.completed.push(key);
     }
 }

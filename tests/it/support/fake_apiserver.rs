@@ -6,8 +6,8 @@
 //! (apps/v1); persistentvolumeclaims, persistentvolumes, pods, namespaces, configmaps, secrets
 //! and events (core v1); events (events.k8s.io/v1); storageclasses and
 //! volumeattributesclasses (storage.k8s.io/v1 or v1beta1, where served);
-//! leases (coordination.k8s.io/v1); mutatingwebhookconfigurations and
-//! validatingwebhookconfigurations (admissionregistration.k8s.io/v1, cluster-scoped).
+//! leases (coordination.k8s.io/v1); poddisruptionbudgets (policy/v1); mutatingwebhookconfigurations
+//! and validatingwebhookconfigurations (admissionregistration.k8s.io/v1, cluster-scoped).
 //!
 //! It answers as one apiserver version: [`FakeApiConfig::profile`] sets every switch as a
 //! captured real apiserver answered (`tests/fixtures/apiserver-behaviour/`, [`profile`]), and
@@ -65,12 +65,17 @@
 //! - `dryRun=All` validates (and admits) and answers without storing;
 //! - `/version` and `SelfSubjectAccessReview` ([`authz`]) with a policy and an impersonation
 //!   switch the test sets;
-//! - outages ([`outage`]): every connection reset for a while, then the same server again.
+//! - outages ([`outage`]): every connection reset for a while, then the same server again;
+//! - the Eviction subresource (`pods/{name}/eviction`, [`eviction`]): budgets' selectors,
+//!   `minAvailable`/`maxUnavailable` (integer or percent) over the selected pods and their
+//!   controllers' scale, unready pods, 429 refusals, 500 for two budgets, preconditions, the
+//!   `DisruptionTarget` condition, each answer logged ([`FakeApiServer::eviction_records`]).
 //!
 //! Not modelled: authentication (impersonation headers only name the user webhooks see, with
 //! `Impersonate-Uid` and `Impersonate-Extra-*`), namespace lifecycle (objects may be created
 //! in namespaces that do not exist; deleting a namespace deletes nothing else), pod graceful
-//! termination (pods go at once, as unscheduled pods do), associative lists in apply's merge
+//! termination (pods go at once, as unscheduled pods do), the disruption controller (a budget's
+//! status is what was written to it; evictions compute it), associative lists in apply's merge
 //! (an item the configuration leaves out goes), warnings for unknown fields (they are dropped
 //! silently), the go-cmp diff older versions append to a claim's immutability message, quantity
 //! canonicalisation, and the webhook configurations' validation. Objects put with the store
@@ -83,6 +88,7 @@ pub mod authz;
 mod discovery;
 mod errors;
 mod events;
+pub mod eviction;
 mod http;
 pub mod managed_fields;
 mod outage;
@@ -115,6 +121,7 @@ pub use traffic::{WatchSelector, WriteRecord};
 pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
 
 pub use admission::AdmissionHook;
+pub use eviction::DisruptionStatus;
 pub use profile::Profile;
 use request_log::{Fault, HoldRule, RequestLog};
 use store::{Store, meta_str, metadata_mut, namespace_and_name, typed};
@@ -227,6 +234,13 @@ pub struct FakeApiConfig {
     /// StorageClass has `allowVolumeExpansion: true` (403 otherwise). Off by default, where
     /// tests expand bound claims without making their class.
     pub claim_resize_admission: bool,
+    /// Whether an eviction writes the `DisruptionTarget` condition on the pod before deleting
+    /// it (`PodDisruptionConditions`, on from v1.26, GA in v1.31).
+    pub pod_disruption_conditions: bool,
+    /// Whether an eviction honours a budget's `spec.unhealthyPodEvictionPolicy`
+    /// (`PDBUnhealthyPodEvictionPolicy`, on from v1.27, GA in v1.31); when off an unready pod
+    /// goes only while the budget is healthy, as before.
+    pub unhealthy_pod_eviction_policy: bool,
     /// Whether the client may impersonate (`Impersonate-User`) for an access review.
     pub impersonation_allowed: bool,
     /// What `SelfSubjectAccessReview` answers as refused; everything else is allowed.
@@ -264,6 +278,8 @@ impl Default for FakeApiConfig {
             volume_last_phase_transition_time: true,
             volume_claim_ref_granular: true,
             claim_resize_admission: false,
+            pod_disruption_conditions: true,
+            unhealthy_pod_eviction_policy: true,
             impersonation_allowed: true,
             denied_access: Vec::new(),
         }
@@ -287,6 +303,8 @@ struct Shared {
     disconnect: signal::Sender<u64>,
     /// Whether the server is in an outage ([`outage`]).
     outage: outage::Outage,
+    /// Every eviction answered, in order ([`eviction`]).
+    evictions: Mutex<Vec<eviction::EvictionRecord>>,
 }
 
 /// A test must not be wedged by a panic in another test thread holding a lock.
@@ -380,6 +398,7 @@ impl FakeApiServer {
             shutdown: signal::channel(false).0,
             disconnect: signal::channel(0).0,
             outage: outage::Outage::default(),
+            evictions: Mutex::new(Vec::new()),
         });
         let server = Self {
             shared: Arc::clone(&shared),
@@ -490,6 +509,41 @@ impl FakeApiServer {
             meta.entry("generation").or_insert(generation);
         }
         store.commit_upsert(resource, object)
+    }
+
+    /// Changes a stored object in place, under the store's lock, as a controller's
+    /// read-modify-write with its resourceVersion as precondition would: `change` sees the
+    /// object as stored now and returns whether to keep what it did. Nothing is defaulted,
+    /// validated or isolated; the resourceVersion is bumped and watches notified only when
+    /// kept. Returns the stored object when kept, `None` when the object is missing or
+    /// `change` declined.
+    pub fn update_object(
+        &self,
+        resource: &'static ResourceType,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut Value) -> bool,
+    ) -> Option<Value> {
+        let mut store = self.shared.store();
+        let mut object = store.get(resource, namespace, name)?.clone();
+        if !change(&mut object) {
+            return None;
+        }
+        Some(store.commit_upsert(resource, object))
+    }
+
+    /// A kube client for this server without kube's retries of 429, 503 and 504 (the default
+    /// client resends a refused eviction up to 15 times, for minutes, before the caller sees
+    /// the 429), with default namespace `default`.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn client_without_retries(&self) -> kube::Client {
+        let uri = self.url.parse().expect("the server URL is a valid URI");
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        config.default_retry = false;
+        kube::Client::try_from(config).expect("a kube client for the fake API server")
     }
 
     /// Typed [`put_object`](Self::put_object).

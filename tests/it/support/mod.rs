@@ -9,6 +9,8 @@ pub mod controller;
 pub mod fake_apiserver;
 pub mod https_hook;
 #[allow(dead_code)]
+pub mod offline_resizer;
+#[allow(dead_code)]
 pub mod scale_cluster;
 #[allow(dead_code)]
 pub mod statefulset_sim;

@@ -113,7 +113,9 @@ fn describe(plan: &Plan) -> Vec<String> {
                             .and_then(Value::as_str)
                             .unwrap_or("-")
                     ),
-                    Request::Create(_) | Request::PatchStatus(_) => String::new(),
+                    Request::Create(_) | Request::PatchStatus(_) | Request::Evict { .. } => {
+                        String::new()
+                    }
                 };
                 format!(
                     "{} {}/{} after={:?}{pre} expected={:?} done->[{}]",

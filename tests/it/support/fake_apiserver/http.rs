@@ -52,6 +52,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
             axum::routing::post(authz::self_subject_access_review),
         )
+        // The Eviction subresource has a registry of its own.
+        .route(
+            "/api/{version}/namespaces/{namespace}/pods/{name}/eviction",
+            any(super::eviction::serve),
+        )
         .route("/api/{version}/{plural}", resource.clone())
         .route("/api/{version}/{plural}/{name}", resource.clone())
         .route(

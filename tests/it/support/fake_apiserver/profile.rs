@@ -268,6 +268,8 @@ impl FakeApiConfig {
                 pod_index_label: false,
                 volume_last_phase_transition_time: false,
                 volume_claim_ref_granular: false,
+                pod_disruption_conditions: false,
+                unhealthy_pod_eviction_policy: false,
                 ..v1_32
             },
             Profile::V1_32 => v1_32,

@@ -1015,6 +1015,8 @@ fn initial_status(config: &FakeApiConfig, resource: &ResourceType) -> Option<Val
         Some(json!({"phase": "Pending"}))
     } else if std::ptr::eq(resource, &resources::NAMESPACES) {
         Some(json!({"phase": "Active"}))
+    } else if std::ptr::eq(resource, &resources::POD_DISRUPTION_BUDGETS) {
+        Some(super::eviction::initial_pod_disruption_budget_status())
     } else {
         None
     }
@@ -1054,6 +1056,8 @@ pub fn apply_defaults(
         validation::default_pod(object);
     } else if std::ptr::eq(resource, &resources::SECRETS) {
         validation::default_secret(object);
+    } else if std::ptr::eq(resource, &resources::POD_DISRUPTION_BUDGETS) {
+        super::eviction::default_pod_disruption_budget(object);
     } else if std::ptr::eq(resource, &resources::MUTATING_WEBHOOK_CONFIGURATIONS) {
         validation::default_webhooks(object, true);
     } else if std::ptr::eq(resource, &resources::VALIDATING_WEBHOOK_CONFIGURATIONS) {

@@ -278,8 +278,21 @@ pub static VOLUME_ATTRIBUTES_CLASSES_V1BETA1: ResourceType = ResourceType {
     ..VOLUME_ATTRIBUTES_CLASSES
 };
 
+/// Stored and served with their status subresource; no disruption controller writes the
+/// status: the Eviction subresource computes what it needs ([`eviction`](super::eviction)).
+pub static POD_DISRUPTION_BUDGETS: ResourceType = ResourceType {
+    group: "policy",
+    version: "v1",
+    plural: "poddisruptionbudgets",
+    kind: "PodDisruptionBudget",
+    namespaced: true,
+    status_subresource: true,
+    tracks_generation: true,
+    field_labels: &[],
+};
+
 /// Every served type.
-pub static ALL: [&ResourceType; 16] = [
+pub static ALL: [&ResourceType; 17] = [
     &STATEFULSETS,
     &DEPLOYMENTS,
     &PERSISTENT_VOLUME_CLAIMS,
@@ -296,4 +309,5 @@ pub static ALL: [&ResourceType; 16] = [
     &PERSISTENT_VOLUMES,
     &VOLUME_ATTRIBUTES_CLASSES,
     &VOLUME_ATTRIBUTES_CLASSES_V1BETA1,
+    &POD_DISRUPTION_BUDGETS,
 ];

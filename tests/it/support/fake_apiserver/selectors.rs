@@ -31,6 +31,53 @@ impl LabelSelector {
             .map(Self)
     }
 
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`), as
+    /// `LabelSelectorAsSelector` reads it; `None` where that fails (an unknown operator,
+    /// `In`/`NotIn` without values, `Exists`/`DoesNotExist` with some).
+    pub fn from_object(selector: &Value) -> Option<Self> {
+        let mut requirements = Vec::new();
+        for (key, value) in selector
+            .get("matchLabels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            requirements.push(LabelRequirement::Equals(
+                key.clone(),
+                value.as_str()?.to_owned(),
+            ));
+        }
+        for expression in selector
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let key = expression.get("key")?.as_str()?.to_owned();
+            let values: Vec<String> = expression
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect::<Option<_>>()?;
+            let operator = expression.get("operator")?.as_str()?;
+            requirements.push(match (operator, values.is_empty()) {
+                ("In", false) => LabelRequirement::In(key, values),
+                ("NotIn", false) => LabelRequirement::NotIn(key, values),
+                ("Exists", true) => LabelRequirement::Exists(key),
+                ("DoesNotExist", true) => LabelRequirement::NotExists(key),
+                _ => return None,
+            });
+        }
+        Some(Self(requirements))
+    }
+
+    /// Whether it has no requirement (selects everything).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub fn matches(&self, object: &Value) -> bool {
         let labels = object
             .pointer("/metadata/labels")

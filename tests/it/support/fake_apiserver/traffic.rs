@@ -169,6 +169,11 @@ impl Traffic {
         }
     }
 
+    /// Time since the server started: the clock of [`WriteRecord::at`].
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     fn count(&self, resource: &ResourceType, change: impl FnOnce(&mut ResourceTraffic)) {
         change(lock(&self.counts).entry(id(resource)).or_default());
     }

@@ -1,0 +1,251 @@
+//! Expansions that wait for a pod restart finish without a person (issue 36): on a driver that
+//! grows file systems only while the volume is unpublished (the resizer stand-in in offline
+//! mode, `support/actors.rs`), an InPlace rollout of three claims under a PodDisruptionBudget of
+//! `maxUnavailable: 1`, on a set opted in with `stateful-admission.io/restart-pods-for-resize`,
+//! completes by itself: each claim stops at `FileSystemResizePending`, the controller evicts its
+//! pod through `pods/eviction` after the grace period, one pod at a time, each pod once, and
+//! the budget is never exceeded.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::FutureExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+use crate::support::pods::PodTracker;
+use crate::support::wait::step;
+use crate::support::{Scenario, Scope, ServeOptions, USER, actors, eventually, install, objects};
+
+pub fn offline_expansion() -> Scenario {
+    Scenario {
+        name: "offline_expansion_restarts_pods_through_the_eviction_api",
+        needs: &[],
+        body: |scope| body(scope).boxed(),
+    }
+}
+
+const REPLICAS: usize = 3;
+
+/// Evictions the apiserver answered, by response code: `apiserver_request_total` samples of
+/// `POST pods/eviction` (not dry runs).
+fn evictions(metrics: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |key: &str| {
+            labels
+                .split("\",")
+                .find_map(|kv| kv.strip_prefix(&format!("{key}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        if label("resource") != "pods"
+            || label("subresource") != "eviction"
+            || label("verb") != "POST"
+            || !label("dry_run").is_empty()
+        {
+            continue;
+        }
+        let value: f64 = value.trim().parse().unwrap_or(0.0);
+        *out.entry(label("code")).or_default() += value;
+    }
+    out
+}
+
+async fn body(scope: Scope) -> anyhow::Result<()> {
+    let s = scope.scenario;
+    let ns = scope.ns.clone();
+    let cluster = scope.cluster();
+    let client = scope.client();
+    let class = format!("{ns}-offline");
+    install::apply(
+        cluster,
+        vec![objects::storage_class(s, &class, true, json!({}))],
+    )?;
+    let node = actors::start(&scope, vec![ns.clone()]);
+    node.offline_expansion();
+    let _serve = scope
+        .serve(ServeOptions::args(&["--resize-restart-grace=5s"]))
+        .await?;
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    budgets
+        .create(
+            &PostParams {
+                field_manager: Some(USER.into()),
+                ..PostParams::default()
+            },
+            &serde_json::from_value(json!({"metadata": {"name": "db"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "db"}}}}))?,
+        )
+        .await?;
+    let manifest = |size: &str| {
+        objects::statefulset(
+            &ns,
+            "db",
+            REPLICAS as i32,
+            &class,
+            size,
+            json!({"metadata": {"annotations": {
+                "stateful-admission.io/volume-claim-update-policy": "InPlace",
+                "stateful-admission.io/restart-pods-for-resize": "true"}}}),
+        )
+    };
+    let apply = |size: &str| {
+        cluster.kubectl(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&objects::manifest(&[manifest(size)])),
+        )
+    };
+    apply("1Gi")?;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let sizes = || async {
+        let mut out = Vec::new();
+        for n in 0..REPLICAS {
+            let claim = claims.get(&format!("data-db-{n}")).await?;
+            out.push((
+                objects::claim_request(&claim),
+                objects::claim_capacity(&claim),
+            ));
+        }
+        anyhow::Ok(out)
+    };
+    eventually(
+        "3 ready replicas with bound 1Gi claims, the budget allowing one disruption",
+        Duration::from_secs(120),
+        || async {
+            let set = sets.get("db").await?;
+            let ready = set
+                .status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0);
+            anyhow::ensure!(ready == REPLICAS as i32, "{ready} of {REPLICAS} ready");
+            let got = sizes().await?;
+            anyhow::ensure!(
+                got.iter().all(|(_, c)| c.as_deref() == Some("1Gi")),
+                "claims {got:?}"
+            );
+            let status = budgets.get("db").await?.status.unwrap_or_default();
+            anyhow::ensure!(
+                status.disruptions_allowed == Some(1),
+                "budget status {status:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+
+    step(
+        s,
+        "1Gi -> 2Gi on a driver without online expansion: the controller restarts the pods",
+    );
+    let tracker = PodTracker::watch(&scope, &ns, "db", REPLICAS);
+    eventually("the pod watch listed", Duration::from_secs(10), || async {
+        anyhow::ensure!(tracker.listed(), "not yet");
+        Ok(())
+    })
+    .await?;
+    let before = evictions(&cluster.apiserver_metrics().await?);
+    apply("2Gi")?;
+    let two = Some("2Gi".to_owned());
+    // One pod at a time: for each, the grace period (5 s), the eviction, the new pod Ready.
+    // The disruption controller keys evicted pods by name: where it syncs only after the
+    // StatefulSet controller re-created a pod, it counts the new pod unhealthy for up to two
+    // minutes (`DeletionTimeout`), and the next eviction is refused meanwhile; hence the margin.
+    eventually(
+        "every claim at 2Gi, with no one restarting a pod by hand",
+        Duration::from_secs(240),
+        || async {
+            let got = sizes().await?;
+            anyhow::ensure!(
+                got.iter().all(|(r, c)| *r == two && *c == two),
+                "claims {got:?}; pods seen: {:?}",
+                tracker.uids()
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let after = evictions(&cluster.apiserver_metrics().await?);
+
+    // The driver made each claim wait for a restart, and the restart came.
+    let claim_keys: Vec<String> = (0..REPLICAS).map(|n| format!("{ns}/data-db-{n}")).collect();
+    let mut pending = node.resize_pending_claims();
+    pending.sort();
+    anyhow::ensure!(
+        pending == claim_keys,
+        "each claim waits at FileSystemResizePending once: {pending:?}"
+    );
+    let mut completed = node.resize_completed_claims();
+    completed.sort();
+    anyhow::ensure!(
+        completed == claim_keys,
+        "each claim finished on a new pod: {completed:?}"
+    );
+    for claim in claims.list(&Default::default()).await?.items {
+        let conditions = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        anyhow::ensure!(
+            !conditions
+                .iter()
+                .any(|c| c.type_ == actors::FILE_SYSTEM_RESIZE_PENDING),
+            "{:?} still waits: {conditions:?}",
+            claim.metadata.name
+        );
+    }
+
+    // Each pod restarted exactly once, one at a time, the budget never exceeded.
+    let restarts = node.restarts();
+    let want: BTreeMap<String, usize> =
+        (0..REPLICAS).map(|n| (format!("{ns}/db-{n}"), 1)).collect();
+    anyhow::ensure!(
+        restarts == want,
+        "new pods while claims waited: {restarts:?}"
+    );
+    let uids = tracker.uids();
+    anyhow::ensure!(uids.len() == REPLICAS, "pods seen: {uids:?}");
+    for (pod, seen) in &uids {
+        anyhow::ensure!(
+            seen.len() == 2,
+            "{pod} had {} pod objects (each pod is evicted exactly once): {seen:?}",
+            seen.len()
+        );
+    }
+    let most = tracker.max_unavailable();
+    anyhow::ensure!(
+        most <= 1,
+        "{most} replicas were unavailable at once, above the budget's maxUnavailable 1:\n{}",
+        tracker.timeline()
+    );
+
+    // Through the Eviction API: the apiserver counted three granted evictions (a refusal,
+    // 429, is allowed: it is retried and reported).
+    let granted =
+        after.get("201").copied().unwrap_or(0.0) - before.get("201").copied().unwrap_or(0.0);
+    anyhow::ensure!(
+        granted == REPLICAS as f64,
+        "evictions granted by the apiserver: {granted} (before {before:?}, after {after:?})"
+    );
+    let evicted = objects::events(&client, &ns, "PodEvictedForResize").await?;
+    anyhow::ensure!(!evicted.is_empty(), "no PodEvictedForResize Event");
+    eprintln!(
+        "e2e: {s}: {} PodEvictedForResize Event(s), eviction answers {:?}",
+        evicted.len(),
+        after
+    );
+    Ok(())
+}

@@ -1,0 +1,513 @@
+//! Expansions that wait for a pod restart, end to end: the real controller against the fake
+//! API server with its Eviction subresource and PodDisruptionBudgets, the StatefulSet
+//! simulation (the built-in controller and kubelet bring evicted pods back) and the
+//! offline-expansion resizer (a claim's file system grows only once its pod is re-created).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::events::v1::Event;
+use serde_json::{Value, json};
+use stateful_admission::controller::ControllerConfig;
+use stateful_admission::names;
+
+use crate::claim_rollout::{NS, class, fast, features, set};
+use crate::support::controller::{RunningController, eventually};
+use crate::support::fake_apiserver::{FakeApiServer, ResourceType};
+use crate::support::offline_resizer::{OfflineResizer, ResizerConfig, resize_pending};
+use crate::support::statefulset_sim::{SimConfig, StatefulSetSim, pod_is_available};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The controller with the claim rollout, restarts for a resize off by default (sets opt in by
+/// annotation) and a grace of `grace`.
+fn controller(identity: &str, grace: Duration) -> ControllerConfig {
+    ControllerConfig {
+        resize_restart_grace: grace,
+        ..fast(identity, features(false))
+    }
+}
+
+/// An `InPlace` set `web` of three replicas asking for 2Gi with `extra` annotations, its bound
+/// 1Gi claims and their volumes, the built-in StatefulSet controller and kubelet simulated
+/// (pods created and made Ready), and a budget of one unavailable pod, as a chart ships it.
+async fn install(
+    api: &FakeApiServer,
+    extra: &[(&str, &str)],
+    change: impl FnOnce(&mut Value),
+) -> StatefulSetSim {
+    api.put_object(class("fast", true));
+    let mut annotations = vec![(names::VOLUME_CLAIM_UPDATE_POLICY, "InPlace")];
+    annotations.extend_from_slice(extra);
+    let mut web = set("web", 3, "fast", Some("2Gi"), &annotations);
+    change(&mut web);
+    api.put_object(web);
+    for n in 0..3 {
+        api.put_object(json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": format!("pv-web-{n}")},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "storageClassName": "fast",
+                     "csi": {"driver": "offline.csi.example.com", "volumeHandle": format!("h-{n}")}}}));
+        api.put_object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": format!("data-web-{n}"), "namespace": NS, "labels": {"app": "web"}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                     "resources": {"requests": {"storage": "1Gi"}}, "volumeName": format!("pv-web-{n}")},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}}));
+    }
+    api.put_object(
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+    );
+    let sim = StatefulSetSim::start(&api.clone(), NS, "web", SimConfig::default(), false);
+    assert!(
+        eventually(WAIT, || available(api) == 3).await,
+        "three Ready pods"
+    );
+    sim
+}
+
+fn available(api: &FakeApiServer) -> usize {
+    (0..3)
+        .filter(|n| {
+            api.get_object(ResourceType::of::<Pod>(), NS, &format!("web-{n}"))
+                .is_some_and(|p| pod_is_available(&p))
+        })
+        .count()
+}
+
+fn claim(api: &FakeApiServer, name: &str) -> Value {
+    api.get_object(ResourceType::of::<PersistentVolumeClaim>(), NS, name)
+        .unwrap_or(Value::Null)
+}
+
+fn capacity(api: &FakeApiServer, name: &str) -> String {
+    claim(api, name)["status"]["capacity"]["storage"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn request(api: &FakeApiServer, name: &str) -> String {
+    claim(api, name)["spec"]["resources"]["requests"]["storage"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn record(api: &FakeApiServer, name: &str) -> Option<Value> {
+    claim(api, name)["metadata"]["annotations"][names::RESIZE_RESTART]
+        .as_str()
+        .and_then(|r| serde_json::from_str(r).ok())
+}
+
+fn pod_uid(api: &FakeApiServer, pod: &str) -> Option<String> {
+    api.get::<Pod>(NS, pod).and_then(|p| p.metadata.uid)
+}
+
+fn events(api: &FakeApiServer, reason: &str) -> Vec<Event> {
+    api.list::<Event>()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+/// Deletes of pods anyone made through the API (the simulation's own go through the store).
+fn pod_deletes(api: &FakeApiServer) -> Vec<String> {
+    api.writes()
+        .iter()
+        .filter(|w| w.method == "DELETE" && w.path.contains("/pods/"))
+        .map(|w| w.path.clone())
+        .collect()
+}
+
+fn evicted_in_order(api: &FakeApiServer) -> Vec<String> {
+    api.eviction_records()
+        .into_iter()
+        .filter(|r| r.evicted())
+        .map(|r| r.pod)
+        .collect()
+}
+
+async fn all_grown(api: &FakeApiServer) -> bool {
+    eventually(WAIT, || {
+        (0..3).all(|n| capacity(api, &format!("data-web-{n}")) == "2Gi")
+    })
+    .await
+}
+
+/// Watches every change and keeps the most pods of `web` unavailable at once.
+fn peak_unavailable(api: &FakeApiServer) -> Arc<Mutex<usize>> {
+    let peak = Arc::new(Mutex::new(0usize));
+    let mut changes = api.subscribe();
+    let (watcher_api, watcher_peak) = (api.clone(), peak.clone());
+    tokio::spawn(async move {
+        while changes.recv().await.is_ok() {
+            let down = 3 - available(&watcher_api);
+            let mut p = watcher_peak.lock().unwrap_or_else(|e| e.into_inner());
+            *p = (*p).max(down);
+        }
+    });
+    peak
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn offline_expansions_restart_each_pod_once_highest_first_within_the_budget() {
+    let api = FakeApiServer::start().await;
+    let sim = install(&api, &[(names::RESTART_PODS_FOR_RESIZE, "true")], |_| {}).await;
+    let resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    let originals: BTreeMap<u32, Option<String>> = (0..3)
+        .map(|n| (n, pod_uid(&api, &format!("web-{n}"))))
+        .collect();
+    let peak = peak_unavailable(&api);
+    let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
+
+    assert!(
+        all_grown(&api).await,
+        "every claim grows: {:?}",
+        (0..3)
+            .map(|n| claim(&api, &format!("data-web-{n}"))["status"].clone())
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        eventually(WAIT, || available(&api) == 3
+            && (0..3).all(|n| record(&api, &format!("data-web-{n}")).is_none()))
+        .await,
+        "every pod back and every restart's record gone"
+    );
+    assert_eq!(
+        evicted_in_order(&api),
+        ["web-2", "web-1", "web-0"],
+        "highest ordinal first, each once"
+    );
+    // Each eviction met the pod the claim waited with, and no budget refused one: the next
+    // waited for the re-created pod to be available.
+    for r in api.eviction_records() {
+        let ordinal: u32 = r.pod.trim_start_matches("web-").parse().expect("ordinal");
+        assert_eq!(r.code, 201, "{r:?}");
+        assert_eq!(r.uid, originals[&ordinal], "{r:?}");
+    }
+    assert_eq!(*peak.lock().expect("peak"), 1, "one pod down at a time");
+    assert!(pod_deletes(&api).is_empty(), "{:?}", pod_deletes(&api));
+    let stats = resizer.stop().await;
+    assert_eq!(
+        stats.restarts,
+        [
+            ("web-0".to_owned(), 1),
+            ("web-1".to_owned(), 1),
+            ("web-2".to_owned(), 1)
+        ]
+        .into()
+    );
+    assert_eq!(stats.completed, ["data-web-2", "data-web-1", "data-web-0"]);
+    let told = events(&api, "PodEvictedForResize");
+    assert_eq!(told.len(), 3, "{told:?}");
+    assert!(
+        told.iter().all(
+            |e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
+                && e.related
+                    .as_ref()
+                    .is_some_and(|r| r.kind.as_deref() == Some("Pod"))
+        ),
+        "{told:?}"
+    );
+    assert!(events(&api, "ResizeNotFinishedAfterRestart").is_empty());
+    assert!(
+        eventually(WAIT, || {
+            api.get::<StatefulSet>(NS, "web")
+                .and_then(|s| s.metadata.annotations)
+                .and_then(|a| a.get(names::VOLUME_CLAIM_STATUS).cloned())
+                .is_some_and(|s| s.contains(r#""compatible":3,"updating":0"#))
+        })
+        .await
+    );
+    assert_eq!(controller.metric("claim_pod_evictions_total"), 3.0);
+    assert_eq!(controller.metric("claim_pod_eviction_refusals_total"), 0.0);
+    controller.stop().await;
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_the_opt_in_no_pod_is_evicted_and_the_set_is_told_once() {
+    let api = FakeApiServer::start().await;
+    let sim = install(&api, &[], |_| {}).await;
+    let _resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
+
+    assert!(
+        eventually(WAIT, || events(&api, "PodRestartNeededForResize").len()
+            == 1)
+        .await,
+        "the set is told"
+    );
+    let told = &events(&api, "PodRestartNeededForResize")[0];
+    let note = told.note.as_deref().unwrap_or_default();
+    assert!(
+        note.contains("data-web-2") && note.contains("kubectl delete pod -n db web-2"),
+        "{note}"
+    );
+    assert!(note.contains(names::RESTART_PODS_FOR_RESIZE), "{note}");
+    // Long past the grace: nothing restarted, the rollout holds at the first claim.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(api.eviction_records().is_empty());
+    assert!(pod_deletes(&api).is_empty());
+    assert!(record(&api, "data-web-2").is_none());
+    assert!(resize_pending(&claim(&api, "data-web-2")));
+    assert_eq!(request(&api, "data-web-1"), "1Gi");
+    assert_eq!(events(&api, "PodRestartNeededForResize").len(), 1);
+
+    // The user restarts it: the claim grows and the rollout goes on to the next one.
+    api.remove::<Pod>(NS, "web-2");
+    assert!(
+        eventually(WAIT, || capacity(&api, "data-web-2") == "2Gi"
+            && request(&api, "data-web-1") == "2Gi")
+        .await
+    );
+    assert!(
+        eventually(WAIT, || events(&api, "PodRestartNeededForResize").len()
+            == 2)
+        .await,
+        "web-1 named next"
+    );
+    assert!(api.eviction_records().is_empty());
+    controller.stop().await;
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_budget_refusal_is_asked_again_and_never_becomes_a_delete() {
+    let api = FakeApiServer::start().await;
+    let sim = install(&api, &[(names::RESTART_PODS_FOR_RESIZE, "true")], |_| {}).await;
+    // No pod may go.
+    api.put_object(
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "web"}}}}),
+    );
+    let _resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    let original = pod_uid(&api, "web-2");
+    let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
+
+    assert!(
+        eventually(WAIT, || api.eviction_refusals_of(NS, "web-2") >= 2).await,
+        "refused, then asked again"
+    );
+    assert_eq!(api.evictions_of(NS, "web-2"), 0);
+    assert_eq!(pod_uid(&api, "web-2"), original);
+    assert!(pod_deletes(&api).is_empty(), "never turned into a delete");
+    assert!(
+        eventually(WAIT, || events(&api, "PodEvictionRefused").len() == 1).await,
+        "the refusal is told"
+    );
+    assert!(controller.metric("claim_pod_eviction_refusals_total") >= 2.0);
+    // Not asked at once again and again: from 1 s doubling.
+    let refusals: Vec<Duration> = api
+        .eviction_records()
+        .iter()
+        .filter(|r| r.refused())
+        .map(|r| r.at)
+        .collect();
+    for pair in refusals.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(900),
+            "{refusals:?}"
+        );
+    }
+    assert_eq!(
+        record(&api, "data-web-2").and_then(|r| r["podUID"].as_str().map(str::to_owned)),
+        original,
+        "the record names the pod asked for"
+    );
+
+    // The budget allows one: the same pod goes, once, and the claim grows.
+    api.put_object(
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+    );
+    assert!(all_grown(&api).await);
+    assert_eq!(api.evictions_of(NS, "web-2"), 1);
+    assert!(
+        api.eviction_records()
+            .iter()
+            .filter(|r| r.pod == "web-2")
+            .all(|r| r.uid == original)
+    );
+    assert!(pod_deletes(&api).is_empty());
+    controller.stop().await;
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_before_or_after_the_eviction_never_evicts_a_pod_twice_nor_its_successor() {
+    let api = FakeApiServer::start().await;
+    let sim = install(&api, &[(names::RESTART_PODS_FOR_RESIZE, "true")], |_| {}).await;
+    // The node takes a while after the new pod is Ready, so a controller that crashed right
+    // after an eviction finds the record still there.
+    let _resizer = OfflineResizer::start(
+        &api,
+        NS,
+        ResizerConfig {
+            node_delay: Duration::from_millis(1500),
+            ..ResizerConfig::default()
+        },
+    );
+    let original_2 = pod_uid(&api, "web-2");
+    let original_1 = pod_uid(&api, "web-1");
+
+    // Crash between the record and the eviction: the eviction never arrives.
+    api.fail_next("POST", "/pods/web-2/eviction", 500, 1000);
+    let a = RunningController::start(&api, controller("a", Duration::from_secs(3)));
+    assert!(
+        eventually(WAIT, || api.requests().iter().any(
+            |r| r.method == "POST" && r.path.ends_with("/pods/web-2/eviction")
+        ))
+        .await
+    );
+    a.kill();
+    api.clear_faults();
+    let written = record(&api, "data-web-2").expect("recorded before the eviction");
+    assert_eq!(written["pod"], "web-2");
+    assert_eq!(written["podUID"].as_str().map(str::to_owned), original_2);
+    assert_eq!(api.evictions_of(NS, "web-2"), 0);
+
+    // Another controller sends the eviction the record names.
+    let b = RunningController::start(&api, controller("b", Duration::from_secs(3)));
+    assert!(eventually(WAIT, || capacity(&api, "data-web-2") == "2Gi").await);
+
+    // Crash right after the next eviction, its record still there.
+    assert!(eventually(WAIT, || api.evictions_of(NS, "web-1") == 1).await);
+    b.kill();
+    assert!(
+        record(&api, "data-web-1").is_some(),
+        "the crash came before the record went"
+    );
+    assert_ne!(pod_uid(&api, "web-1"), original_1);
+    let c = RunningController::start(&api, controller("c", Duration::from_secs(3)));
+    assert!(all_grown(&api).await);
+    assert!(
+        eventually(WAIT, || available(&api) == 3
+            && (0..3).all(|n| record(&api, &format!("data-web-{n}")).is_none()))
+        .await
+    );
+    assert_eq!(
+        api.evictions(),
+        [
+            (format!("{NS}/web-0"), 1),
+            (format!("{NS}/web-1"), 1),
+            (format!("{NS}/web-2"), 1)
+        ]
+        .into()
+    );
+    // Every eviction of web-2 and web-1, sent or not, named the pod the claim waited with.
+    for (pod, original) in [("web-2", &original_2), ("web-1", &original_1)] {
+        assert!(
+            api.eviction_records()
+                .iter()
+                .filter(|r| r.pod == pod)
+                .all(|r| r.uid == *original),
+            "{:?}",
+            api.eviction_records()
+        );
+    }
+    assert!(events(&api, "ResizeNotFinishedAfterRestart").is_empty());
+    assert!(pod_deletes(&api).is_empty());
+    c.stop().await;
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_on_delete_pods_are_the_users_to_restart() {
+    let api = FakeApiServer::start().await;
+    let sim = install(&api, &[(names::RESTART_PODS_FOR_RESIZE, "true")], |set| {
+        set["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+        // The set as (re-)created with its 2Gi template live: under OnDelete the claims of a
+        // pod re-created since then follow.
+        set["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] =
+            json!("2Gi");
+        if let Some(a) = set["metadata"]["annotations"].as_object_mut() {
+            a.remove(names::DESIRED_VOLUME_CLAIM_TEMPLATES);
+        }
+    })
+    .await;
+    let _resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
+    // Under OnDelete the claims of pods created since the set follow its template (here
+    // all); the file systems then wait for a restart, which is the user's.
+    assert!(
+        eventually(WAIT, || resize_pending(&claim(&api, "data-web-2"))).await,
+        "{} {:?} {:?}",
+        claim(&api, "data-web-2"),
+        api.get_object(ResourceType::of::<Pod>(), NS, "web-2"),
+        api.get_object(ResourceType::of::<StatefulSet>(), NS, "web")
+    );
+    assert!(
+        eventually(WAIT, || events(&api, "PodRestartNeededForResize").len()
+            == 1)
+        .await
+    );
+    let note = events(&api, "PodRestartNeededForResize")[0]
+        .note
+        .clone()
+        .unwrap_or_default();
+    assert!(note.contains("OnDelete"), "{note}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(api.eviction_records().is_empty());
+    assert!(pod_deletes(&api).is_empty());
+    assert!(record(&api, "data-web-2").is_none());
+    controller.stop().await;
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_the_statefulset_controller_replaces_is_waited_for_not_evicted() {
+    let api = FakeApiServer::start().await;
+    let sim = install(&api, &[(names::RESTART_PODS_FOR_RESIZE, "true")], |_| {}).await;
+    let _resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    // A pod template change: the pods are at the old revision until the StatefulSet
+    // controller replaces them (the simulation's built-in rolling update is off, the test
+    // plays it).
+    let mut web = api
+        .get_object(ResourceType::of::<StatefulSet>(), NS, "web")
+        .expect("set");
+    web["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:2");
+    // A spec change: the apiserver's next generation.
+    let generation = web["metadata"]["generation"].as_i64().unwrap_or(1);
+    web["metadata"]["generation"] = json!(generation + 1);
+    api.put_object(web);
+    assert!(
+        eventually(WAIT, || api
+            .get::<StatefulSet>(NS, "web")
+            .and_then(|s| s.status)
+            .and_then(|s| s.update_revision)
+            .is_some_and(|r| r != "web-rev1"))
+        .await
+    );
+    let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
+    assert!(eventually(WAIT, || resize_pending(&claim(&api, "data-web-2"))).await);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        api.eviction_records().is_empty(),
+        "web-2 is at the old revision: the StatefulSet controller replaces it"
+    );
+
+    // It does: the claim grows with the new pod, and no eviction was needed.
+    api.remove::<Pod>(NS, "web-2");
+    assert!(eventually(WAIT, || capacity(&api, "data-web-2") == "2Gi").await);
+    assert!(eventually(WAIT, || resize_pending(&claim(&api, "data-web-1"))).await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        api.eviction_records().is_empty(),
+        "{:?} {:?} {:?}",
+        api.eviction_records(),
+        api.get_object(ResourceType::of::<Pod>(), NS, "web-1")
+            .map(|p| p["metadata"]["labels"].clone()),
+        api.get::<StatefulSet>(NS, "web").and_then(|s| s.status)
+    );
+    assert!(pod_deletes(&api).is_empty());
+    controller.stop().await;
+    sim.stop().await;
+}
