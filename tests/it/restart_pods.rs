@@ -145,7 +145,11 @@ fn peak_unavailable(api: &FakeApiServer) -> Arc<Mutex<usize>> {
     let mut changes = api.subscribe();
     let (watcher_api, watcher_peak) = (api.clone(), peak.clone());
     tokio::spawn(async move {
-        while changes.recv().await.is_ok() {
+        // A lagged receiver looks again (what it missed is in the store); a closed one ends.
+        while !matches!(
+            changes.recv().await,
+            Err(tokio::sync::broadcast::error::RecvError::Closed)
+        ) {
             let down = 3 - available(&watcher_api);
             let mut p = watcher_peak.lock().unwrap_or_else(|e| e.into_inner());
             *p = (*p).max(down);
@@ -302,7 +306,13 @@ async fn a_budget_refusal_is_asked_again_and_never_becomes_a_delete() {
         eventually(WAIT, || events(&api, "PodEvictionRefused").len() == 1).await,
         "the refusal is told"
     );
-    assert!(controller.metric("claim_pod_eviction_refusals_total") >= 2.0);
+    // The fake records a refusal as it answers; the controller counts it once it has read it.
+    assert!(
+        eventually(WAIT, || controller
+            .metric("claim_pod_eviction_refusals_total")
+            >= 2.0)
+        .await
+    );
     // Not asked at once again and again: from 1 s doubling.
     let refusals: Vec<Duration> = api
         .eviction_records()
