@@ -13,7 +13,7 @@ use crate::support::fake_apiserver::{FakeApiServer, WriteRecord};
 use stateful_admission::names;
 
 /// A set of three claims rolling out InPlace to 2Gi, one claim at a time.
-fn rollout(api: &FakeApiServer) {
+pub(crate) fn rollout(api: &FakeApiServer) {
     api.put_object(class("fast", true));
     install(
         api,
@@ -32,7 +32,8 @@ fn rollout(api: &FakeApiServer) {
     );
 }
 
-fn patched(api: &FakeApiServer, ordinal: u32) -> bool {
+/// Whether claim `ordinal` of `web` asks for 2Gi.
+pub(crate) fn patched(api: &FakeApiServer, ordinal: u32) -> bool {
     api.get::<PersistentVolumeClaim>(NS, &format!("data-web-{ordinal}"))
         .is_some_and(|c| storage(&c).0 == "2Gi")
 }

@@ -9,14 +9,14 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 use stateful_admission::controller::{ControllerConfig, LeaseTiming};
-use stateful_admission::names;
 
 use crate::claim_rollout::{
-    NS, class, complete_expansion, converged, fast, features, install, set, storage,
+    NS, class, complete_expansion, converged, fast, features, install, set,
 };
+use crate::fencing::{patched, rollout};
 use crate::serve_cluster::kubeconfig;
 use crate::serve_tls::Served;
 use crate::support::controller::{RunningController, config, eventually, written_by};
@@ -24,30 +24,6 @@ use crate::support::fake_apiserver::{FakeApiServer, WriteRecord};
 
 /// The bound of the issue: the first write within this long of the apiserver's return.
 const RESUME: Duration = Duration::from_secs(5);
-
-fn rollout(api: &FakeApiServer) {
-    api.put_object(class("fast", true));
-    install(
-        api,
-        set(
-            "web",
-            3,
-            "fast",
-            Some("2Gi"),
-            &[
-                (names::VOLUME_CLAIM_UPDATE_POLICY, "InPlace"),
-                (names::MAX_UNAVAILABLE, "1"),
-            ],
-        ),
-        3,
-        "fast",
-    );
-}
-
-fn patched(api: &FakeApiServer, ordinal: u32) -> bool {
-    api.get::<PersistentVolumeClaim>(NS, &format!("data-web-{ordinal}"))
-        .is_some_and(|c| storage(&c).0 == "2Gi")
-}
 
 /// The first successful write of `identity` after `back` that `matches`, if any.
 fn first_after(
