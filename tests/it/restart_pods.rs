@@ -167,7 +167,9 @@ async fn offline_expansions_restart_each_pod_once_highest_first_within_the_budge
         .map(|n| (n, pod_uid(&api, &format!("web-{n}"))))
         .collect();
     let peak = peak_unavailable(&api);
-    let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
+    // A grace long enough that a loaded machine never delays the resizer's answer past it:
+    // a new pod whose claim still waits after it is told about.
+    let controller = RunningController::start(&api, controller("a", Duration::from_secs(2)));
 
     assert!(
         all_grown(&api).await,

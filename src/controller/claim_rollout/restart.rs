@@ -284,10 +284,22 @@ enum Progress {
     Stuck,
 }
 
-/// How long a new pod has been Ready, where known.
+/// The resolution of the API's times: `metav1.Time` is RFC 3339 in whole seconds, so a time
+/// read back may be up to a second before the moment it stands for.
+const TIME_RESOLUTION: Duration = Duration::from_secs(1);
+
+/// How long it has been since `since` at least, given [`TIME_RESOLUTION`]: a grace measured
+/// so is never cut short by the truncation (a pod that turned Ready at 10.9 s reads 10 s).
+/// `None` for a time after `now` (another clock).
+fn at_least_since(since: Timestamp, now: Timestamp) -> Option<Duration> {
+    Duration::try_from(now.duration_since(since))
+        .ok()
+        .map(|elapsed| elapsed.saturating_sub(TIME_RESOLUTION))
+}
+
+/// How long a new pod has been Ready at least, where known.
 fn ready_for(pod: &PodState, now: Timestamp) -> Option<Duration> {
-    pod.ready_since
-        .and_then(|since| Duration::try_from(now.duration_since(since)).ok())
+    pod.ready_since.and_then(|since| at_least_since(since, now))
 }
 
 fn progress<'a>(settings: &Settings, replica: &'a Replica) -> (Progress, Option<&'a Record>) {
@@ -462,9 +474,9 @@ pub(crate) fn plan(settings: &Settings, replicas: &[Replica]) -> Plan {
             .max()
             .flatten()
             .map(|since| pod.ready_since.map_or(since, |ready| since.max(ready)));
-        let waited = since.map_or(Duration::ZERO, |since| {
-            Duration::try_from(settings.now.duration_since(since)).unwrap_or_default()
-        });
+        let waited = since
+            .and_then(|since| at_least_since(since, settings.now))
+            .unwrap_or_default();
         if since.is_none() || waited < settings.grace {
             // Without a transition time the grace starts at the first look: unknown, so wait
             // a whole grace (the condition's time comes with the next change).

@@ -110,6 +110,18 @@ fn which_pod_is_restarted_when() {
             want: vec![(2, "evict")],
         },
         Case {
+            name: "a condition that reads exactly a grace ago may be up to a second younger: not yet",
+            settings: settings(),
+            replicas: vec![replica(1, Available, waits(60))],
+            want: vec![(1, "grace")],
+        },
+        Case {
+            name: "a second past that: its pod",
+            settings: settings(),
+            replicas: vec![replica(1, Available, waits(61))],
+            want: vec![(1, "evict")],
+        },
+        Case {
             name: "within the grace: nothing yet (an online volume finishes meanwhile)",
             settings: settings(),
             replicas: vec![up(0), replica(1, Available, waits(10))],
@@ -236,6 +248,24 @@ fn which_pod_is_restarted_when() {
             want: vec![(0, "budget")],
         },
         Case {
+            name: "a new pod whose Ready time reads exactly a grace ago may have turned Ready up to a second later: still restarting",
+            settings: settings(),
+            replicas: vec![recorded(
+                with_pod(stuck(1), |p| p.ready_since = Some(at(940))),
+                "pod-old",
+            )],
+            want: vec![],
+        },
+        Case {
+            name: "a second past that: said",
+            settings: settings(),
+            replicas: vec![recorded(
+                with_pod(stuck(1), |p| p.ready_since = Some(at(939))),
+                "pod-old",
+            )],
+            want: vec![(1, "still")],
+        },
+        Case {
             name: "a refused eviction waits out its backoff, and holds the budget",
             settings: settings(),
             replicas: vec![
@@ -306,8 +336,9 @@ fn an_eviction_names_the_pod_uid_and_the_claims_to_record_first() {
 
 #[test]
 fn the_grace_and_min_ready_seconds_say_when_to_look_again() {
+    // 45 s read back may be 44 s and a fraction (whole-second times): 16 s to go.
     let plan = super::plan(&settings(), &[replica(0, Health::Available, waits(45))]);
-    assert_eq!(plan.recheck_after, Some(Duration::from_secs(15)));
+    assert_eq!(plan.recheck_after, Some(Duration::from_secs(16)));
     let plan = super::plan(
         &settings(),
         &[replica(
@@ -328,7 +359,8 @@ fn the_grace_and_min_ready_seconds_say_when_to_look_again() {
     );
     assert_eq!(summary(&plan), [(0, "grace".to_owned())]);
     assert_eq!(plan.recheck_after, Some(GRACE));
-    // A new pod Ready for 50 s while its recorded claim still waits: stuck in 10 s.
+    // A new pod Ready for 50 s (49 s at least) while its recorded claim still waits: stuck in
+    // 11 s.
     let new_pod = recorded(
         with_pod(replica(0, Health::Available, waits(120)), |p| {
             p.ready_since = Some(at(950));
@@ -337,7 +369,7 @@ fn the_grace_and_min_ready_seconds_say_when_to_look_again() {
     );
     let plan = super::plan(&settings(), &[new_pod]);
     assert_eq!(summary(&plan), []);
-    assert_eq!(plan.recheck_after, Some(Duration::from_secs(10)));
+    assert_eq!(plan.recheck_after, Some(Duration::from_secs(11)));
     // A refusal's backoff: looked at again when it ends.
     let refused = Replica {
         backoff: Some(Duration::from_secs(4)),
