@@ -574,8 +574,9 @@ impl Executor {
     /// they are what observe mode reports with. A failure is logged, never fatal. Returns
     /// false when the report was made before and is not repeated.
     pub async fn report(&self, report: &Report) -> bool {
-        let what = || format!("Event {} about {:?}", report.reason, report.regarding.name);
-        if self.admit(what).is_err() {
+        let (reason, regarding) = (report.reason.clone(), report.regarding.name.clone());
+        let what = move || format!("Event {reason} about {regarding:?}");
+        if self.admit(&what).is_err() {
             return false;
         }
         if let Some(once) = &report.once
@@ -590,11 +591,7 @@ impl Executor {
             action: report.action.clone(),
             secondary: report.related.clone(),
         };
-        let what = format!("Event {} about {:?}", report.reason, report.regarding.name);
-        let published = self.fenced(
-            move || what.clone(),
-            self.recorder.publish(&event, &report.regarding),
-        );
+        let published = self.fenced(what, self.recorder.publish(&event, &report.regarding));
         match published.await {
             Ok(()) => {}
             Err(error) if fence::is_fenced(&error) => return false,

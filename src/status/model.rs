@@ -273,16 +273,7 @@ impl SetStatus {
     pub(crate) fn classes_not_applied(
         &self,
     ) -> Vec<(&str, &crate::controller::claim_rollout::status::ClassStatus)> {
-        self.recorded_claim_status
-            .iter()
-            .flatten()
-            .filter_map(|t| {
-                t.volume_attributes_class
-                    .as_ref()
-                    .filter(|c| !c.applied)
-                    .map(|c| (t.name.as_str(), c))
-            })
-            .collect()
+        classes_not_applied(self.recorded_claim_status.iter().flatten()).collect()
     }
 }
 
@@ -765,6 +756,23 @@ fn missing(
     }
 }
 
+/// The templates of a recorded claim status whose class the cluster does not apply, with it.
+fn classes_not_applied<'a>(
+    templates: impl Iterator<Item = &'a TemplateStatus>,
+) -> impl Iterator<
+    Item = (
+        &'a str,
+        &'a crate::controller::claim_rollout::status::ClassStatus,
+    ),
+> {
+    templates.filter_map(|t| {
+        t.volume_attributes_class
+            .as_ref()
+            .filter(|c| !c.applied)
+            .map(|c| (t.name.as_str(), c))
+    })
+}
+
 fn present(
     set: &StatefulSet,
     inputs: &Inputs,
@@ -791,11 +799,10 @@ fn present(
         .and_then(|s| serde_json::from_str(s).ok());
     // The controller found the cluster dropping claims' classes: as it does, no claim waits
     // for one (the set says which class is not applied, and why).
-    if recorded_claim_status.iter().flatten().any(|t| {
-        t.volume_attributes_class
-            .as_ref()
-            .is_some_and(|c| !c.applied)
-    }) {
+    if classes_not_applied(recorded_claim_status.iter().flatten())
+        .next()
+        .is_some()
+    {
         rollout.cluster.claim_volume_attributes_class = Some(false);
     }
     let in_place = rollout.policy == ClaimUpdatePolicy::InPlace;
@@ -1037,17 +1044,12 @@ fn restart_state(
     let waits = format!(
         "waits for pod {pod} to be re-created to finish growing its file system (FileSystemResizePending{since})"
     );
-    let opted = set
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::RESTART_PODS_FOR_RESIZE))
-        .map(|v| v.trim());
     let message = if !rollout.rolling {
         format!(
             "{waits}; updateStrategy OnDelete: restart it yourself (kubectl delete pod -n {namespace} {pod})"
         )
-    } else if opted == Some("true") {
+    // `status` does not know `serve`'s default: the set's own word.
+    } else if crate::controller::claim_rollout::restarts_pods(set, false) {
         format!(
             "{waits}; the controller evicts it after its grace period, within the budget ({}=true)",
             names::RESTART_PODS_FOR_RESIZE

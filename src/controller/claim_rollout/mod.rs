@@ -60,10 +60,30 @@ pub(crate) struct ClaimRollout {
     in_progress: Mutex<HashSet<(String, String)>>,
     pod_evictions: Counter,
     pod_eviction_refusals: Counter,
-    /// Evictions refused in a row, by pod uid: how many, and not to be asked before when.
-    refusals: Mutex<std::collections::HashMap<String, (u32, std::time::Instant)>>,
-    /// Pods evicted (by uid) and when: seen as going while the pod cache has yet to hear of it.
-    evicted: Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// What became of the evictions asked for, by pod uid (bounded: see [`REFUSAL_MEMORY`]).
+    evictions: Mutex<std::collections::HashMap<String, Eviction>>,
+}
+
+/// What became of the evictions of one pod.
+#[derive(Debug, Clone, Copy)]
+enum Eviction {
+    /// Refused `count` times in a row; not to be asked again before `after`.
+    Refused {
+        count: u32,
+        after: std::time::Instant,
+    },
+    /// Evicted at `at`: going, while the pod cache has yet to hear of it.
+    Done { at: std::time::Instant },
+}
+
+impl Eviction {
+    /// Until when it is remembered.
+    fn remembered_until(&self) -> std::time::Instant {
+        match self {
+            Self::Refused { after, .. } => *after + REFUSAL_MEMORY,
+            Self::Done { at } => *at + REFUSAL_MEMORY,
+        }
+    }
 }
 
 impl ClaimRollout {
@@ -123,42 +143,58 @@ impl ClaimRollout {
         rollout(self, snapshot, ctx).await
     }
 
-    /// Notes an eviction of the pod with uid `pod` refused (or done: forgotten); returns the
-    /// wait before the next attempt: 1 s doubling to a minute.
-    fn refused(&self, pod: &str, refused: bool) -> Duration {
-        let mut refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
-        if !refused {
-            refusals.remove(pod);
-            return Duration::ZERO;
-        }
+    fn evictions(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Eviction>> {
+        self.evictions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// [`Self::evictions`] for a write: bounded, a pod that went elsewhere is forgotten once
+    /// its backoff is long over, an eviction once its pod has surely gone from the view.
+    fn evictions_pruned(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Eviction>> {
+        let mut evictions = self.evictions();
         let now = std::time::Instant::now();
-        // Bounded: a pod that went elsewhere is forgotten once its backoff is long over.
-        refusals.retain(|_, (_, after)| now.saturating_duration_since(*after) < REFUSAL_MEMORY);
-        let (count, after) = refusals.entry(pod.to_owned()).or_insert((0, now));
-        *count = count.saturating_add(1);
-        let wait = crate::capabilities::run::retry_after(*count, Duration::from_secs(60));
-        *after = now + wait;
+        evictions.retain(|_, e| e.remembered_until() > now);
+        evictions
+    }
+
+    /// Notes an eviction of the pod with uid `pod` refused; returns the wait before the next
+    /// attempt: 1 s doubling to a minute.
+    fn refused(&self, pod: &str) -> Duration {
+        let now = std::time::Instant::now();
+        let mut evictions = self.evictions_pruned();
+        let count = match evictions.get(pod) {
+            Some(Eviction::Refused { count, .. }) => count.saturating_add(1),
+            _ => 1,
+        };
+        let wait = crate::capabilities::run::retry_after(count, Duration::from_secs(60));
+        evictions.insert(
+            pod.to_owned(),
+            Eviction::Refused {
+                count,
+                after: now + wait,
+            },
+        );
         wait
     }
 
-    /// Notes the pod with uid `pod` evicted.
+    /// Notes the pod with uid `pod` evicted (its refusals forgotten).
     fn evicted(&self, pod: &str) {
-        let mut evicted = self.evicted.lock().unwrap_or_else(|p| p.into_inner());
-        let now = std::time::Instant::now();
-        evicted.retain(|_, at| now.saturating_duration_since(*at) < REFUSAL_MEMORY);
-        evicted.insert(pod.to_owned(), now);
+        let at = std::time::Instant::now();
+        self.evictions_pruned()
+            .insert(pod.to_owned(), Eviction::Done { at });
     }
 
     /// Whether the pod with uid `pod` was evicted (lately).
     fn was_evicted(&self, pod: &str) -> bool {
-        let evicted = self.evicted.lock().unwrap_or_else(|p| p.into_inner());
-        evicted.contains_key(pod)
+        matches!(self.evictions().get(pod), Some(Eviction::Done { .. }))
     }
 
     /// How long an eviction of the pod with uid `pod` still waits after a refusal.
     fn backoff(&self, pod: &str) -> Option<Duration> {
-        let refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
-        let (_, after) = refusals.get(pod)?;
+        let Some(Eviction::Refused { after, .. }) = self.evictions().get(pod).copied() else {
+            return None;
+        };
         let left = after.saturating_duration_since(std::time::Instant::now());
         (!left.is_zero()).then_some(left)
     }
@@ -471,7 +507,7 @@ async fn rollout(
 }
 
 /// Whether `set` restarts pods for resizes: its annotation, else the `serve` default.
-fn restarts_pods(set: &StatefulSet, default: bool) -> bool {
+pub(crate) fn restarts_pods(set: &StatefulSet, default: bool) -> bool {
     match annotations(set)
         .and_then(|a| a.get(names::RESTART_PODS_FOR_RESIZE))
         .map(|v| v.trim())
@@ -560,7 +596,6 @@ async fn restart_pods(
             (Verb::EvictPod, Ran::Written(Ok(outcome))) if outcome.is_done() => {
                 metrics.pod_evictions.inc();
                 let uid = write.target.uid.as_deref().unwrap_or_default();
-                metrics.refused(uid, false);
                 metrics.evicted(uid);
                 tracing::info!(namespace = %snapshot.namespace, pod = %write.target.name, "evicted a pod whose claim waits for it to finish a resize");
             }
@@ -568,7 +603,7 @@ async fn restart_pods(
                 // A PodDisruptionBudget refuses it for now: asked again with backoff, said
                 // once per pod, never turned into a delete.
                 metrics.pod_eviction_refusals.inc();
-                let wait = metrics.refused(write.target.uid.as_deref().unwrap_or_default(), true);
+                let wait = metrics.refused(write.target.uid.as_deref().unwrap_or_default());
                 next = Some(next.map_or(wait, |n| n.min(wait)));
                 ctx.exec
                     .report(
@@ -762,6 +797,27 @@ mod tests {
 
     use super::*;
     use crate::controller::action::Request;
+
+    #[test]
+    fn refusals_back_off_doubling_and_an_eviction_forgets_them() {
+        let rollout = ClaimRollout::register(&mut Registry::default());
+        assert_eq!(rollout.backoff("p1"), None);
+        assert!(!rollout.was_evicted("p1"));
+        let waits: Vec<u64> = (0..3).map(|_| rollout.refused("p1").as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4]);
+        assert!(rollout.backoff("p1").is_some_and(|b| b > Duration::from_secs(3)));
+        // Another pod has its own count.
+        assert_eq!(rollout.refused("p2"), Duration::from_secs(1));
+
+        rollout.evicted("p1");
+        assert!(rollout.was_evicted("p1"));
+        assert_eq!(rollout.backoff("p1"), None, "an evicted pod waits for nothing");
+        assert!(!rollout.was_evicted("p2"));
+        // Refused again later (a new pod with the same uid never comes; a stale answer):
+        // counted from one.
+        assert_eq!(rollout.refused("p1"), Duration::from_secs(1));
+        assert!(!rollout.was_evicted("p1"));
+    }
 
     fn snapshot(status: Option<&str>) -> SetSnapshot {
         let mut annotations = serde_json::Map::new();
