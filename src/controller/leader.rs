@@ -268,7 +268,8 @@ impl Elector {
                 self.clock.renewed(started);
                 Ok(true)
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            // A 409 (someone wrote the Lease between our read and our write) is a failed
+            // round, as in client-go's tryAcquireOrRenew: the next round reads who holds it.
             Err(e) => Err(e),
         }
     }
@@ -298,6 +299,9 @@ impl Elector {
                         self.name
                     ),
                 ),
+                Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+                    tracing::debug!(lease = %self.name, "another candidate wrote the Lease first");
+                }
                 Ok(Err(error)) => {
                     tracing::warn!(%error, lease = %self.name, "lease not readable or writable");
                     self.say(
@@ -323,8 +327,10 @@ impl Elector {
         }
     }
 
-    /// Renews every retry period until the lease is lost or `stop` is cancelled. Lost: taken
-    /// over, or no successful renewal started within the renew deadline, which is checked
+    /// Renews every retry period until the lease is lost or `stop` is cancelled. Lost: read
+    /// held by another (at once; client-go would poll on to the deadline), or no successful
+    /// renewal started within the renew deadline (a failed one, a 409 included, is retried
+    /// after the retry period, as client-go's `renew` does), which is checked
     /// when it passes, not only when a request returns (each renewal is bounded by the time
     /// left, as client-go's `renew` bounds its retries by `RenewDeadline`). The clock is
     /// revoked on loss. Returns `true` when stopped while still leading.
@@ -418,6 +424,16 @@ mod tests {
         holder: Option<&str>,
         put: impl Fn(usize) -> Option<u16> + Send + Sync + 'static,
     ) -> (Api<Lease>, Arc<AtomicUsize>) {
+        lease_api_written_by(holder, put, None)
+    }
+
+    /// [`lease_api`], where a 409 comes with the Lease written by another: held by
+    /// `conflict_holder` from then on, where given, else only its resourceVersion moved.
+    fn lease_api_written_by(
+        holder: Option<&str>,
+        put: impl Fn(usize) -> Option<u16> + Send + Sync + 'static,
+        conflict_holder: Option<&'static str>,
+    ) -> (Api<Lease>, Arc<AtomicUsize>) {
         let stored: Arc<Mutex<Option<Value>>> = Arc::new(Mutex::new(holder.map(|h| {
             json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                    "metadata": {"name": "l", "namespace": "sa", "resourceVersion": "1"},
@@ -440,10 +456,23 @@ mod tests {
             let n = counted.fetch_add(1, Ordering::SeqCst);
             match put(n) {
                 None => None,
-                Some(code) if code >= 300 => Some((
-                    code,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code}),
-                )),
+                Some(code) if code >= 300 => {
+                    if code == 409 {
+                        let lease = stored.get_or_insert_with(|| {
+                            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                   "metadata": {"name": "l", "namespace": "sa"},
+                                   "spec": {"leaseDurationSeconds": 15}})
+                        });
+                        lease["metadata"]["resourceVersion"] = json!(format!("other-{n}"));
+                        if let Some(other) = conflict_holder {
+                            lease["spec"]["holderIdentity"] = json!(other);
+                        }
+                    }
+                    Some((
+                        code,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code}),
+                    ))
+                }
                 Some(code) => {
                     let mut lease: Value = serde_json::from_slice(body).expect("a lease");
                     lease["metadata"]["resourceVersion"] = json!((n + 2).to_string());
@@ -516,8 +545,10 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_lease_taken_over_ends_the_hold_at_once() {
-        let (api, _) = lease_api(None, |n| Some(if n == 0 { 201 } else { 409 }));
+    async fn a_lease_taken_over_ends_the_hold_as_soon_as_it_is_read() {
+        // The first renewal loses the race to "b", who takes the Lease.
+        let (api, puts) =
+            lease_api_written_by(None, |n| Some(if n == 0 { 201 } else { 409 }), Some("b"));
         let mut elector = Elector::new(api, "l", "a", timing());
         let stop = CancellationToken::new();
         let started = Instant::now();
@@ -525,10 +556,55 @@ mod tests {
         assert!(!elector.hold(&stop).await);
         assert_eq!(
             Instant::now() - started,
-            Duration::from_secs(2),
-            "at the first renewal"
+            Duration::from_secs(4),
+            "the 409 at 2 s, the Lease read held by b at 4 s"
+        );
+        assert_eq!(
+            puts.load(Ordering::SeqCst),
+            2,
+            "nothing written once b holds it"
         );
         assert_eq!(elector.clock().valid_until(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_conflict_on_a_lease_still_ours_is_retried_not_a_step_down() {
+        // Someone else's write (an annotation, say) moves the resourceVersion under the
+        // first renewal; the Lease still names us.
+        let (api, _) =
+            lease_api_written_by(Some("a"), |n| Some(if n == 1 { 409 } else { 200 }), None);
+        let mut elector = Elector::new(api, "l", "a", timing());
+        let stop = CancellationToken::new();
+        assert!(elector.acquire(&stop).await);
+        let clock = elector.clock();
+        let holding = tokio::spawn({
+            let stop = stop.clone();
+            async move { elector.hold(&stop).await }
+        });
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        assert!(
+            clock.remaining(Instant::now()) >= Duration::from_secs(8),
+            "renewed after the conflict"
+        );
+        stop.cancel();
+        assert!(holding.await.expect("joined"), "still leading");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn losing_the_race_for_a_lease_is_a_standby_not_an_error() {
+        // Another candidate creates it between our read and our create; then holds it.
+        let (api, puts) = lease_api_written_by(None, |_| Some(409), Some("b"));
+        let mut elector = Elector::new(api, "l", "a", timing());
+        let stop = CancellationToken::new();
+        let campaign = tokio::spawn(async move { elector.acquire(&stop).await });
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!campaign.is_finished(), "still a candidate");
+        campaign.abort();
+        assert_eq!(
+            puts.load(Ordering::SeqCst),
+            1,
+            "b holds it: waited, not written"
+        );
     }
 
     #[test]

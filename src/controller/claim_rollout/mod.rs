@@ -805,13 +805,21 @@ mod tests {
         assert!(!rollout.was_evicted("p1"));
         let waits: Vec<u64> = (0..3).map(|_| rollout.refused("p1").as_secs()).collect();
         assert_eq!(waits, [1, 2, 4]);
-        assert!(rollout.backoff("p1").is_some_and(|b| b > Duration::from_secs(3)));
+        assert!(
+            rollout
+                .backoff("p1")
+                .is_some_and(|b| b > Duration::from_secs(3))
+        );
         // Another pod has its own count.
         assert_eq!(rollout.refused("p2"), Duration::from_secs(1));
 
         rollout.evicted("p1");
         assert!(rollout.was_evicted("p1"));
-        assert_eq!(rollout.backoff("p1"), None, "an evicted pod waits for nothing");
+        assert_eq!(
+            rollout.backoff("p1"),
+            None,
+            "an evicted pod waits for nothing"
+        );
         assert!(!rollout.was_evicted("p2"));
         // Refused again later (a new pod with the same uid never comes; a stale answer):
         // counted from one.
