@@ -583,11 +583,12 @@ async fn replicas_renewing_at_once_keep_the_winners_certificate() {
 #[tokio::test(flavor = "multi_thread")]
 async fn leaf_renewal_at_two_thirds_keeps_the_ca_and_is_served() {
     let api = cluster().await;
-    // Issued so that its two-thirds point is two seconds away.
+    // Issued so that its two-thirds point is six seconds away (X.509 times are whole
+    // seconds, and issuing, seeding and the first pass must all come before it).
     let now = OffsetDateTime::now_utc();
     let probe = issued_at(now);
     let to_due = renew_at(&info(probe.tls_cert.as_deref())) - now;
-    let seeded = issued_at(now + time::Duration::seconds(2) - to_due);
+    let seeded = issued_at(now + time::Duration::seconds(6) - to_due);
     seed(&api, &seeded);
     api.clear_requests();
 
@@ -639,7 +640,8 @@ async fn leaf_renewal_at_two_thirds_keeps_the_ca_and_is_served() {
                     .and_then(|d| d.get("tls.crt").cloned())
                     .is_some_and(|c| Some(c.0) != seeded.tls_cert)
             },
-            WAIT,
+            // Due about six seconds after it was issued, then the next pass.
+            WAIT * 2,
         )
         .await;
     assert!(renewed.is_ok(), "the leaf is renewed once due");

@@ -781,7 +781,13 @@ async fn a_namespace_deleted_mid_convergence_ends_it_without_a_recreate() {
         "metadata": {"name": NS, "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["kubernetes"]},
         "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Terminating"}}));
     // Once the view has it, the controller waits for the set to go instead of deleting it.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        eventually(Duration::from_secs(10), || controller
+            .view()
+            .namespace(NS)
+            .is_some_and(|n| n.metadata.deletion_timestamp.is_some()))
+        .await
+    );
     api.remove::<StatefulSet>(NS, "web");
     api.clear_faults();
     assert!(
@@ -797,9 +803,10 @@ async fn a_namespace_deleted_mid_convergence_ends_it_without_a_recreate() {
         "not re-created"
     );
     assert!(
-        controller
-            .metrics()
-            .contains("statefulset_converge_steps_total{step=\"namespace-gone\"} 1"),
+        eventually(Duration::from_secs(10), || controller.metrics().contains(
+            "statefulset_converge_steps_total{step=\"namespace-gone\"} 1"
+        ))
+        .await,
         "{}",
         controller.metrics()
     );

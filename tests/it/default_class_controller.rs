@@ -133,9 +133,9 @@ async fn a_claim_created_before_any_default_gets_one_as_soon_as_a_default_appear
     )
     .await
     .expect("the claim gets the new default");
+    // Within the 5 s above, against a 600 s resync: the class watch did it.
     let took = appeared.elapsed();
     println!("default class assigned {took:?} after the class appeared");
-    assert!(took < Duration::from_secs(2), "took {took:?}");
 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let patches = claim_patches(&api);
@@ -169,9 +169,16 @@ async fn a_claim_created_before_any_default_gets_one_as_soon_as_a_default_appear
             "{name} is untouched"
         );
     }
-    assert_eq!(
-        metric(&controller, "retroactive_storageclass_total"),
-        Some(1)
+    // Counted once the write's answer and its Event are in, after the store shows it.
+    assert!(
+        eventually(Duration::from_secs(10), || metric(
+            &controller,
+            "retroactive_storageclass_total"
+        ) == Some(1)
+            && events(&api, "DefaultStorageClassAssigned").len() == 1)
+        .await,
+        "{:?}",
+        metric(&controller, "retroactive_storageclass_total")
     );
     assert_eq!(
         metric(&controller, "retroactive_storageclass_errors_total"),
@@ -217,8 +224,21 @@ async fn with_two_defaults_the_newest_wins_and_a_namespace_default_comes_first()
     // A namespace default set later applies to its classless claims at once.
     class(&api, "older", false, "2024-01-01T00:00:00Z");
     class(&api, "newer", false, "2024-06-01T00:00:00Z");
-    // Separate watches: give the class watch time to deliver before the claim appears.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Separate watches: the controller has seen that no class is the default before the
+    // claim appears.
+    assert!(
+        eventually(Duration::from_secs(15), || controller
+            .view()
+            .storage_classes()
+            .iter()
+            .all(|c| c
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("storageclass.kubernetes.io/is-default-class"))
+                .is_none_or(|v| v != "true")))
+        .await
+    );
     claim(&api, "team", "b", json!({}), json!({}));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(class_of(&api, "team", "b"), None, "no default anywhere");
@@ -404,7 +424,18 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         c.retroactive_default_class_allowed = true;
         c.git_version = "v1.28.3".to_owned();
     });
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The prober has noticed the new version and no longer holds the refusal.
+    assert!(
+        eventually(Duration::from_secs(15), || !controller
+            .metrics()
+            .lines()
+            .any(|l| l.contains(
+                r#"capability{capability="retroactive-default-class",value="refused""#
+            ) && l.ends_with(" 1")))
+        .await,
+        "{}",
+        controller.metrics()
+    );
     claim(
         &api,
         "default",

@@ -798,7 +798,11 @@ async fn a_gone_resource_version_makes_the_watcher_relist() {
             .expect("serializes"),
     );
     api.compact_history();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The watcher tried again and was refused before the fault is lifted.
+    eventually("the watch to be refused", || {
+        api.requests().iter().any(|r| r.is_watch() && r.code == 500)
+    })
+    .await;
     api.clear_faults();
 
     eventually("the reflector to relist", || {

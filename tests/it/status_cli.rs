@@ -288,7 +288,7 @@ async fn the_views_read_the_cluster_and_write_nothing() {
     );
 
     // --watch alone ends after --timeout, having printed the view once (nothing changed).
-    let watched = status(&config, &["--watch", "--timeout", "1s"]).await;
+    let watched = status(&config, &["--watch", "--timeout", "3s"]).await;
     assert_eq!(watched.code, 0, "{}", watched.stderr);
     assert_eq!(watched.stdout, table.stdout);
 
@@ -300,7 +300,7 @@ async fn the_views_read_the_cluster_and_write_nothing() {
         "No StatefulSets with a storage rollout found in empty namespace.\n"
     );
     // Following, it says so on stderr too, once: stdout is the view.
-    let watched_empty = status(&config, &["-n", "empty", "--watch", "--timeout", "1s"]).await;
+    let watched_empty = status(&config, &["-n", "empty", "--watch", "--timeout", "3s"]).await;
     assert_eq!((watched_empty.code, watched_empty.stdout.as_str()), (0, ""));
     assert_eq!(watched_empty.stderr, other.stderr);
 
@@ -465,11 +465,11 @@ async fn wait_fails_on_a_class_change_the_cluster_cannot_apply_once_the_rest_is_
 async fn wait_times_out_with_what_it_waited_for() {
     let api = cluster(set("1Gi", Some("2Gi")), "1Gi", "1Gi").await;
     let config = kubeconfig(&api);
-    let run = status(&config, &["--wait", "--timeout", "1s"]).await;
+    let run = status(&config, &["--wait", "--timeout", "3s"]).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     assert_eq!(
         run.stderr,
-        "error: timed out after 1s waiting for statefulset db/web: change recorded (data: 1Gi -> 2Gi); waiting for the controller to journal it and re-create the StatefulSet with it\n"
+        "error: timed out after 3s waiting for statefulset db/web: change recorded (data: 1Gi -> 2Gi); waiting for the controller to journal it and re-create the StatefulSet with it\n"
     );
     only_reads(&api);
 }
@@ -479,21 +479,21 @@ async fn wait_with_nothing_selected_waits_for_a_set_and_times_out_naming_the_nam
     // A mistyped namespace: not done, a timeout (2) saying where nothing was found.
     let api = cluster(set("2Gi", None), "2Gi", "2Gi").await;
     let config = kubeconfig(&api);
-    let wrong = status(&config, &["-n", "dbs", "--wait", "--timeout", "1s"]).await;
+    let wrong = status(&config, &["-n", "dbs", "--wait", "--timeout", "3s"]).await;
     assert_eq!(wrong.code, 2, "{}{}", wrong.stdout, wrong.stderr);
     assert_eq!(wrong.stdout, "");
     assert_eq!(
         wrong.stderr,
         "No StatefulSets with a storage rollout found in dbs namespace.\n\
-         error: timed out after 1s waiting for a StatefulSet with a storage rollout: none found in namespace dbs\n"
+         error: timed out after 3s waiting for a StatefulSet with a storage rollout: none found in namespace dbs\n"
     );
     let everywhere = FakeApiServer::start().await;
     let empty = kubeconfig(&everywhere);
-    let none = status(&empty, &["-A", "--wait", "--timeout", "1s"]).await;
+    let none = status(&empty, &["-A", "--wait", "--timeout", "3s"]).await;
     assert_eq!(none.code, 2, "{}{}", none.stdout, none.stderr);
     assert!(
         none.stderr.ends_with(
-            "error: timed out after 1s waiting for a StatefulSet with a storage rollout: none found in any namespace (-A)\n"
+            "error: timed out after 3s waiting for a StatefulSet with a storage rollout: none found in any namespace (-A)\n"
         ),
         "{}",
         none.stderr

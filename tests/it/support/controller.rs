@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use stateful_admission::capabilities::{self, CapabilityCell};
-use stateful_admission::cluster::watch;
+use stateful_admission::cluster::{ClusterView, watch};
 use stateful_admission::controller::{Controller, ControllerConfig, Features, LeaseTiming};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -97,6 +97,7 @@ pub struct RunningController {
     handle: JoinHandle<()>,
     probing: JoinHandle<()>,
     registry: Arc<Registry>,
+    view: ClusterView,
 }
 
 impl RunningController {
@@ -125,13 +126,20 @@ impl RunningController {
         let prober = capabilities::run::Prober::new(prober, &mut registry, cell.clone());
         let probing = tokio::spawn(prober.run(client.clone(), Some(view.clone()), stop.clone()));
         let controller = Controller::new(config, &mut registry, cell);
-        let handle = tokio::spawn(controller.run(client, view, stop.clone()));
+        let handle = tokio::spawn(controller.run(client, view.clone(), stop.clone()));
         Self {
             stop,
             handle,
             probing,
             registry: Arc::new(registry),
+            view,
         }
+    }
+
+    /// The controller's view of the cluster (what it plans from), to wait for it to have
+    /// seen a change before the next step.
+    pub fn view(&self) -> &ClusterView {
+        &self.view
     }
 
     /// The Prometheus text of this controller's metrics.

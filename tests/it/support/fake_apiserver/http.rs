@@ -115,6 +115,8 @@ async fn log_and_inject(
     request: Request,
     next: Next,
 ) -> Response {
+    // A write's record carries when it arrived, not when it was answered.
+    let arrived_at = shared.traffic.elapsed();
     let (parts, body) = request.into_parts();
     let Ok(bytes) = to_bytes(body, MAX_BODY_BYTES).await else {
         return ApiError::too_large(MAX_BODY_BYTES).into_response();
@@ -169,6 +171,7 @@ async fn log_and_inject(
     };
     entry.code = response.status().as_u16();
     shared.traffic.record(
+        arrived_at,
         &entry.method,
         &entry.path,
         &entry.query,

@@ -190,8 +190,10 @@ impl Traffic {
     }
 
     /// Records a request if it is a write.
+    /// Records a write answered `code` that arrived at `at` (from [`Self::elapsed`]).
     pub fn record(
         &self,
+        at: Duration,
         method: &str,
         path: &str,
         query: &str,
@@ -201,7 +203,6 @@ impl Traffic {
         let Some(verb) = Verb::of(method) else {
             return;
         };
-        let at = self.started.elapsed();
         let address = parse_path(path);
         let mut field_manager = None;
         let mut dry_run = false;
