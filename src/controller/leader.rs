@@ -528,6 +528,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn renewals_keep_the_clock_running_and_a_stop_keeps_the_lease_for_release() {
         let (api, _) = lease_api(Some("a"), |_| Some(200));
+        let clock = held_for(api, Duration::from_secs(61)).await;
+        assert!(clock.valid_until().is_some(), "still held, for release");
+    }
+
+    /// Acquires as "a" over `api`, holds for `period` (paused clock), then stops: asserts
+    /// the clock was renewed within the last retry period and the hold ended still leading.
+    async fn held_for(api: Api<Lease>, period: Duration) -> Arc<LeaseClock> {
         let mut elector = Elector::new(api, "l", "a", timing());
         let stop = CancellationToken::new();
         assert!(elector.acquire(&stop).await);
@@ -536,12 +543,15 @@ mod tests {
             let stop = stop.clone();
             async move { elector.hold(&stop).await }
         });
-        tokio::time::sleep(Duration::from_secs(61)).await;
+        tokio::time::sleep(period).await;
         // Renewed every 2 s: never more than 2 s old.
-        assert!(clock.remaining(Instant::now()) >= Duration::from_secs(8));
+        assert!(
+            clock.remaining(Instant::now()) >= Duration::from_secs(8),
+            "renewed within the last retry period"
+        );
         stop.cancel();
         assert!(holding.await.expect("joined"), "stopped while leading");
-        assert!(clock.valid_until().is_some(), "still held, for release");
+        clock
     }
 
     #[tokio::test(start_paused = true)]
@@ -573,21 +583,8 @@ mod tests {
         // first renewal; the Lease still names us.
         let (api, _) =
             lease_api_written_by(Some("a"), |n| Some(if n == 1 { 409 } else { 200 }), None);
-        let mut elector = Elector::new(api, "l", "a", timing());
-        let stop = CancellationToken::new();
-        assert!(elector.acquire(&stop).await);
-        let clock = elector.clock();
-        let holding = tokio::spawn({
-            let stop = stop.clone();
-            async move { elector.hold(&stop).await }
-        });
-        tokio::time::sleep(Duration::from_secs(12)).await;
-        assert!(
-            clock.remaining(Instant::now()) >= Duration::from_secs(8),
-            "renewed after the conflict"
-        );
-        stop.cancel();
-        assert!(holding.await.expect("joined"), "still leading");
+        // Renewed after the conflict, and still leading.
+        held_for(api, Duration::from_secs(12)).await;
     }
 
     #[tokio::test(start_paused = true)]
