@@ -40,6 +40,14 @@ fn main() -> ExitCode {
     if let Some(why) = &skip {
         eprintln!("e2e: every scenario is skipped: {why}");
     }
+    // Every name the suite gives its objects, checked against the apiserver's limits.
+    let mut names: Vec<String> = scenarios::all().iter().map(|s| s.name.to_owned()).collect();
+    names.extend(
+        agreement::all()
+            .iter()
+            .map(|(n, _)| format!("agreement_{n}")),
+    );
+    names.push("agreement-expect".to_owned());
     let mut trials: Vec<Trial> = scenarios::all()
         .into_iter()
         .map(|scenario| {
@@ -68,6 +76,13 @@ fn main() -> ExitCode {
         move || match skip_expect {
             Some(why) => Ok(Completion::ignored_with(why)),
             None => support::expectations_match_a_profile().map(|()| Completion::Completed),
+        },
+    ));
+    trials.push(Trial::test(
+        "names_within_the_apiservers_limits",
+        move || {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            support::names_within_limits(&names)
         },
     ));
     // Which scenario runs where on each captured apiserver: no cluster needed.

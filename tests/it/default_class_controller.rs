@@ -361,13 +361,15 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         patches.len() <= 1 && patches.iter().all(|(_, code)| *code == 422),
         "at most one attempt per claim version, whatever the resyncs: {patches:?}"
     );
+    // One failed assignment, whether the patch was sent and refused or the probe predicted
+    // the refusal and nothing was sent: counted once, as an attempt and an error.
     assert_eq!(
         metric(&controller, "retroactive_storageclass_total"),
-        Some(patches.len() as u64)
+        Some(1)
     );
     assert_eq!(
         metric(&controller, "retroactive_storageclass_errors_total"),
-        Some(patches.len() as u64)
+        Some(1)
     );
     let rejected = events(&api, "DefaultStorageClassRejected");
     assert_eq!(rejected.len(), 1);
@@ -407,6 +409,15 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         claim_patches(&api),
         patches,
         "no patch the apiserver refuses"
+    );
+    // The new claim's predicted refusal counted; the edited one's not again.
+    assert_eq!(
+        metric(&controller, "retroactive_storageclass_total"),
+        Some(2)
+    );
+    assert_eq!(
+        metric(&controller, "retroactive_storageclass_errors_total"),
+        Some(2)
     );
     let logs = events(&api, "DefaultStorageClassRejected")
         .into_iter()

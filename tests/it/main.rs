@@ -20,6 +20,7 @@ mod default_class_controller;
 mod docs;
 mod eviction_fake;
 mod executor;
+mod fake_apiserver_metadata;
 mod fake_apiserver_tests;
 mod fencing;
 #[path = "../../fuzz/harness.rs"]

@@ -278,8 +278,17 @@ impl Worker<'_> {
                 known.how.source(),
                 known.how.detail()
             );
-            self.report_rejected(key, &claim, &class, namespace, &message)
-                .await;
+            // A refusal the probe predicted is a failed assignment all the same (KEP-3333's
+            // `retroactive_storageclass_errors_total` tells that the feature does not work
+            // here), counted once per claim as its Event is, as an attempt and an error so
+            // that successes stay the difference of the two.
+            if self
+                .report_rejected(key, &claim, &class, namespace, &message)
+                .await
+            {
+                metrics.attempts.inc();
+                metrics.errors.inc();
+            }
             return;
         }
         let write = assign(&claim, &class, &resource_version);
@@ -345,7 +354,8 @@ impl Worker<'_> {
         }
     }
 
-    /// The claim's one `DefaultStorageClassRejected` Warning (until the claim changes).
+    /// The claim's one `DefaultStorageClassRejected` Warning (until the claim changes); whether
+    /// this was that one.
     async fn report_rejected(
         &mut self,
         key: &Key,
@@ -353,14 +363,14 @@ impl Worker<'_> {
         class: &DefaultClass,
         namespace: &str,
         message: &str,
-    ) {
+    ) -> bool {
         let first = self
             .candidates
             .index
             .get_mut(key)
             .is_some_and(|e| !std::mem::replace(&mut e.reported, true));
         if !first {
-            return;
+            return false;
         }
         let hint = if plan::is_old_apiserver_refusal(message)
             || message.starts_with("the apiserver refuses")
@@ -386,6 +396,7 @@ impl Worker<'_> {
                 },
             )
             .await;
+        true
     }
 
     fn tried(&mut self, key: &Key, resource_version: &str) {

@@ -244,12 +244,21 @@ async fn refused(
         },
     )
     .await?;
-    let errors = serve
-        .metric("stateful_admission_retroactive_storageclass_errors_total")
-        .await?;
+    // The refusal counted once, as an attempt and an error, whether the patch was sent or the
+    // capability probe predicted it (then nothing is sent).
+    let counted = || async {
+        let errors = serve
+            .metric("stateful_admission_retroactive_storageclass_errors_total")
+            .await?;
+        let attempts = serve
+            .metric("stateful_admission_retroactive_storageclass_total")
+            .await?;
+        anyhow::Ok((attempts, errors))
+    };
+    let (attempts, errors) = counted().await?;
     anyhow::ensure!(
-        errors >= 1.0,
-        "the refusal counted: errors {errors}, Event {rejected:?}"
+        errors == 1.0 && attempts == 1.0,
+        "the refusal counted once: attempts {attempts}, errors {errors}, Event {rejected:?}"
     );
     // More reconciles: the refusal is final, nothing retried or assigned.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -261,6 +270,8 @@ async fn refused(
     anyhow::ensure!(assigned.is_empty(), "{assigned:?}");
     let again = objects::events(&client, ns, "DefaultStorageClassRejected").await?;
     anyhow::ensure!(again.len() == 1, "reported once: {again:?}");
+    let later = counted().await?;
+    anyhow::ensure!(later == (1.0, 1.0), "counted once: {later:?}");
     step(
         s,
         &format!(

@@ -251,13 +251,13 @@ async fn probe_refused_then_learned(scope: &Scope) -> anyhow::Result<Serve> {
         "the Lease naming the unknown gate",
         Duration::from_secs(10),
         || async {
+            // The chart's Lease, which this scenario's replica leads.
             let said = leases
-                .list(&Default::default())
+                .get_opt(&scope.lease)
                 .await?
-                .items
+                .and_then(|l| l.metadata.annotations)
+                .and_then(|a| a.get("stateful-admission.io/max-unavailable-gate").cloned())
                 .into_iter()
-                .filter_map(|l| l.metadata.annotations)
-                .filter_map(|a| a.get("stateful-admission.io/max-unavailable-gate").cloned())
                 .collect::<Vec<_>>();
             anyhow::ensure!(
                 said.iter()
@@ -328,7 +328,7 @@ async fn vac_body(scope: Scope) -> anyhow::Result<()> {
     })?;
     let vac = |name: &str, iops: &str| {
         json!({"apiVersion": api_version, "kind": "VolumeAttributesClass",
-               "metadata": {"name": name, "labels": {crate::support::SCENARIO_LABEL: s}},
+               "metadata": {"name": name, "labels": {crate::support::SCENARIO_LABEL: crate::support::label_value(s)}},
                "driverName": "hostpath.e2e.stateful-admission.io",
                "parameters": {"iops": iops}})
     };

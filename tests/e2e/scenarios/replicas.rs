@@ -32,16 +32,9 @@ const REPLICAS: usize = 4;
 
 /// The holder of the controller's Lease, as the chart names it.
 pub async fn lease_holder(scope: &Scope) -> anyhow::Result<Option<String>> {
-    let name = scope
-        .install
-        .chart_args
-        .iter()
-        .find_map(|a| a.strip_prefix("--lease-name="))
-        .unwrap_or("stateful-admission-leader")
-        .to_owned();
     let leases: Api<Lease> = Api::namespaced(scope.client(), install::NAMESPACE);
     Ok(leases
-        .get_opt(&name)
+        .get_opt(&scope.lease)
         .await?
         .and_then(|l| l.spec)
         .and_then(|s| s.holder_identity)

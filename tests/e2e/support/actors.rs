@@ -286,7 +286,7 @@ async fn provisioner(client: &Client, ns: &str, scenario: &str) {
             pv_spec["volumeMode"] = json!(mode);
         }
         let Ok(pv) = serde_json::from_value::<PersistentVolume>(json!({
-            "metadata": {"name": format!("e2e-{uid}"), "labels": {SCENARIO_LABEL: scenario}},
+            "metadata": {"name": format!("e2e-{uid}"), "labels": {SCENARIO_LABEL: super::label_value(scenario)}},
             "spec": pv_spec,
         })) else {
             continue;

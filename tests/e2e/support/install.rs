@@ -272,6 +272,15 @@ async fn write_token_kubeconfig(cluster: &Cluster, path: &Path) -> anyhow::Resul
 }
 
 impl Install {
+    /// The controller's Lease as the chart's Deployment names it.
+    pub fn lease_name(&self) -> String {
+        self.chart_args
+            .iter()
+            .find_map(|a| a.strip_prefix("--lease-name="))
+            .unwrap_or("stateful-admission-leader")
+            .to_owned()
+    }
+
     /// The chart's ClusterRole and Role without `verb` on `resource` (`group/resource`, `""`
     /// group for the core), applied as Helm would; [`Install::restore_access`] puts the chart's
     /// back. The apiserver's RBAC authorizer follows within moments.

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolume, Pod};
 
 use crate::agreement::{Body, Expect};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -49,6 +50,25 @@ pub const SCENARIO_LABEL: &str = "e2e.stateful-admission.io/scenario";
 
 /// Field manager of the test's own writes, as a user's tool would have one.
 pub const USER: &str = "e2e-user";
+
+/// The value of [`SCENARIO_LABEL`] for a scenario: its name where that fits a label value (63
+/// characters, `pkg/util/validation.IsValidLabelValue`), else its first 54 characters and a
+/// hash of the whole name, so two long names never share a value.
+pub fn label_value(scenario: &str) -> String {
+    const MAX: usize = 63;
+    if scenario.len() <= MAX {
+        return scenario.to_owned();
+    }
+    let head = scenario[..54].trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    format!("{head}-{:08x}", fnv1a(scenario))
+}
+
+/// A stable 32-bit hash of a name (FNV-1a), for names that must be the same in every run.
+fn fnv1a(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
 
 /// One of the clusters the environment names, in the order scenarios look at them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -234,12 +254,7 @@ pub fn run_scenario(scenario: &Scenario) -> Result<Completion, libtest_mimic::Fa
 
 /// A namespace labelled with [`SCENARIO_LABEL`] for `name` (`e2e-<name>-<random>`).
 async fn agreement_namespace(client: &kube::Client, name: &str) -> anyhow::Result<String> {
-    let base: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .take(40)
-        .collect();
-    let ns = format!("e2e-{}-{:04x}", base.trim_matches('-'), rand_u16());
+    let ns = namespace_name(name, "", rand_u16());
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(
@@ -248,7 +263,7 @@ async fn agreement_namespace(client: &kube::Client, name: &str) -> anyhow::Resul
                 ..PostParams::default()
             },
             &serde_json::from_value(json!({"metadata": {"name": ns,
-                "labels": {SCENARIO_LABEL: name}}}))?,
+                "labels": {SCENARIO_LABEL: label_value(name)}}}))?,
         )
         .await?;
     Ok(ns)
@@ -348,6 +363,10 @@ pub struct Scope {
     pub caps: Arc<Caps>,
     /// The scenario's first namespace.
     pub ns: String,
+    /// The controller's Lease, as the chart names it (its RBAC allows that one name only).
+    /// Removed at cleanup, once the scenario's replicas are gone, so the next scenario's first
+    /// replica takes it at once instead of waiting out a killed holder's 15 s.
+    pub lease: String,
     namespaces: Arc<Mutex<Vec<String>>>,
     logs: Arc<Mutex<Vec<PathBuf>>>,
     /// Cancelled at cleanup: the actors and anything else the scenario spawned on it.
@@ -363,6 +382,7 @@ impl Scope {
     ) -> anyhow::Result<Self> {
         let scope = Self {
             scenario,
+            lease: install.lease_name(),
             install,
             caps,
             ns: String::new(),
@@ -386,18 +406,7 @@ impl Scope {
     /// A new namespace for this scenario (`e2e-<scenario>[-<suffix>]-<random>`), removed at
     /// cleanup.
     pub async fn namespace(&self, suffix: &str) -> anyhow::Result<String> {
-        let base: String = self
-            .scenario
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .take(30)
-            .collect();
-        let suffix = if suffix.is_empty() {
-            String::new()
-        } else {
-            format!("-{suffix}")
-        };
-        let name = format!("e2e-{}{suffix}-{:04x}", base.trim_matches('-'), rand_u16());
+        let name = namespace_name(self.scenario, suffix, rand_u16());
         let api: Api<Namespace> = Api::all(self.client());
         api.create(
             &PostParams {
@@ -405,7 +414,7 @@ impl Scope {
                 ..PostParams::default()
             },
             &serde_json::from_value(json!({"metadata": {"name": name,
-                "labels": {SCENARIO_LABEL: self.scenario}}}))?,
+                "labels": {SCENARIO_LABEL: label_value(self.scenario)}}}))?,
         )
         .await?;
         self.namespaces
@@ -415,8 +424,18 @@ impl Scope {
         Ok(name)
     }
 
-    /// Starts `serve` for this scenario (stopped at cleanup if still running).
+    /// Starts `serve` for this scenario (stopped at cleanup if still running). Unless `no_wait`, it returns once the replica is ready and, where it is
+    /// the scenario's only running controller, once it leads: what the scenario does next is
+    /// seen by a controller that acts.
     pub async fn serve(&self, options: ServeOptions) -> anyhow::Result<Serve> {
+        let controller = !options.args.iter().any(|a| a == "--controller=false");
+        let alone = !self
+            .serves
+            .lock()
+            .expect("serves")
+            .iter()
+            .any(|s| s.running() && s.controller);
+        let wait_lead = controller && alone && !options.no_wait;
         let index = self.logs.lock().expect("logs").len();
         let dir = self.install.work_dir.join(self.scenario);
         std::fs::create_dir_all(&dir)?;
@@ -428,6 +447,9 @@ impl Scope {
             .unwrap_or_else(|| format!("{}-{index}", self.scenario));
         let serve = Serve::start(&self.install, &identity, log, options).await?;
         self.serves.lock().expect("serves").push(serve.handle());
+        if wait_lead {
+            serve.wait_leading(Duration::from_secs(60)).await?;
+        }
         Ok(serve)
     }
 
@@ -469,8 +491,30 @@ impl Scope {
             let api: Api<Namespace> = Api::all(client.clone());
             let _ = api.delete(ns, &DeleteParams::default()).await;
         }
-        let by_scenario =
-            ListParams::default().labels(&format!("{SCENARIO_LABEL}={}", self.scenario));
+        // The Lease its replicas held, and journals of sets in its namespaces (a convergence a
+        // failed scenario left half done), so that the next scenario meets neither.
+        let leases: Api<Lease> = Api::namespaced(client.clone(), install::NAMESPACE);
+        let _ = leases.delete(&self.lease, &DeleteParams::default()).await;
+        let journals: Api<ConfigMap> = Api::namespaced(client.clone(), install::NAMESPACE);
+        if let Ok(list) = journals
+            .list(&ListParams::default().labels(stateful_admission::names::JOURNAL_LABEL))
+            .await
+        {
+            for journal in list.items {
+                let set_ns = journal
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(stateful_admission::names::JOURNAL_SET_NAMESPACE));
+                if let (Some(set_ns), Some(name)) = (set_ns, journal.metadata.name.as_deref())
+                    && namespaces.contains(set_ns)
+                {
+                    let _ = journals.delete(name, &DeleteParams::default()).await;
+                }
+            }
+        }
+        let by_scenario = ListParams::default()
+            .labels(&format!("{SCENARIO_LABEL}={}", label_value(self.scenario)));
         let classes: Api<StorageClass> = Api::all(client.clone());
         let _ = classes
             .delete_collection(&DeleteParams::default(), &by_scenario)
@@ -487,6 +531,67 @@ impl Scope {
                 .delete_collection(&DeleteParams::default(), &by_scenario)
                 .await;
         }
+    }
+}
+
+/// A scenario's namespace name: `e2e-<scenario's first 30 characters>[-<suffix>]-<random>`,
+/// with `_` as `-` (a namespace name is a DNS-1123 label).
+pub fn namespace_name(scenario: &str, suffix: &str, random: u16) -> String {
+    let base: String = scenario
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(30)
+        .collect();
+    let suffix = if suffix.is_empty() {
+        String::new()
+    } else {
+        format!("-{suffix}")
+    };
+    format!("e2e-{}{suffix}-{random:04x}", base.trim_matches('-'))
+}
+
+/// The trial `names_within_the_apiservers_limits` (no cluster needed): every name and label
+/// value the suite gives its objects is one a real apiserver accepts (namespace names are
+/// DNS-1123 labels, label values at most 63 characters of `[A-Za-z0-9_.-]` starting and
+/// ending alphanumeric), and no two scenarios share a label value.
+pub fn names_within_limits(names: &[&str]) -> Result<(), libtest_mimic::Failed> {
+    fn dns_label(s: &str) -> bool {
+        (1..=63).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    }
+    fn label_value_ok(s: &str) -> bool {
+        s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && s.bytes().next().is_none_or(|b| b.is_ascii_alphanumeric())
+            && s.bytes().last().is_none_or(|b| b.is_ascii_alphanumeric())
+    }
+    let mut problems = Vec::new();
+    let mut values = std::collections::BTreeMap::new();
+    for name in names {
+        let value = label_value(name);
+        if !label_value_ok(&value) {
+            problems.push(format!("{name}: label value {value:?}"));
+        }
+        if let Some(other) = values.insert(value.clone(), *name) {
+            problems.push(format!(
+                "{name} and {other} share the label value {value:?}"
+            ));
+        }
+        for suffix in ["", "plain"] {
+            let ns = namespace_name(name, suffix, u16::MAX);
+            if !dns_label(&ns) {
+                problems.push(format!("{name}: namespace name {ns:?}"));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n").into())
     }
 }
 

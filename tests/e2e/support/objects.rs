@@ -60,7 +60,7 @@ pub fn storage_class(scenario: &str, name: &str, expandable: bool, extra: Value)
     let mut class = json!({
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
-        "metadata": {"name": name, "labels": {SCENARIO_LABEL: scenario}},
+        "metadata": {"name": name, "labels": {SCENARIO_LABEL: super::label_value(scenario)}},
         "provisioner": "hostpath.e2e.stateful-admission.io",
         "volumeBindingMode": "Immediate",
         "allowVolumeExpansion": expandable,

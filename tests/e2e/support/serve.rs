@@ -42,6 +42,8 @@ pub struct Serve {
     pub addr: SocketAddr,
     pub probe: SocketAddr,
     pub log: PathBuf,
+    /// Whether this replica runs the controller (not `--controller=false`).
+    pub controller: bool,
     id: u64,
     child: Arc<Mutex<Option<Child>>>,
     front: Front,
@@ -156,6 +158,7 @@ impl Serve {
             args.retain(|a| flag(a) != flag(arg));
             args.push(arg.clone());
         }
+        let controller = !args.iter().any(|a| a == "--controller=false");
         let out = std::fs::File::create(&log)?;
         let child = Command::new(binary()?)
             .arg("serve")
@@ -175,6 +178,7 @@ impl Serve {
             addr,
             probe,
             log,
+            controller,
             id,
             child: Arc::new(Mutex::new(Some(child))),
             front: install.front.clone(),
@@ -195,6 +199,7 @@ impl Serve {
             addr: self.addr,
             probe: self.probe,
             log: self.log.clone(),
+            controller: self.controller,
             id: self.id,
             child: self.child.clone(),
             front: self.front.clone(),
@@ -211,6 +216,20 @@ impl Serve {
             }
             let r = http.get(&url).send().await?;
             anyhow::ensure!(r.status().is_success(), "/readyz answers {}", r.status());
+            Ok(())
+        })
+        .await
+    }
+
+    /// Waits until this replica leads (`stateful_admission_controller_leader` 1): it holds the
+    /// Lease and its controller acts.
+    pub async fn wait_leading(&self, within: Duration) -> anyhow::Result<()> {
+        super::eventually(&format!("{} leading", self.identity), within, || async {
+            if !self.running() {
+                anyhow::bail!("serve exited; see {}", self.log.display());
+            }
+            let leading = self.metric("stateful_admission_controller_leader").await?;
+            anyhow::ensure!(leading == 1.0, "not leading yet");
             Ok(())
         })
         .await

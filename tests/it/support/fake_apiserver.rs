@@ -49,6 +49,12 @@
 //! - `/status` subresources for statefulsets, deployments, claims and pods: a status write
 //!   changes status and metadata (not a pod's ownerReferences), never spec; a write of the
 //!   main resource leaves status alone;
+//! - object metadata validated on every create, update, patch and apply of every type, as each
+//!   version words it ([`objectmeta`]): the type's name rule (DNS subdomain; DNS label for
+//!   namespaces and, v1.27+, StatefulSets; path segment only for core/v1 Events and budgets),
+//!   `generateName` (honoured after mutating admission, cut to 58 bytes), label keys and
+//!   values, annotation keys and their 256 KiB total, as 422 `Invalid` with the apiserver's
+//!   causes;
 //! - the StatefulSet and PVC validation and the defaulting our rules meet, as each version
 //!   words and decides them; the defaults of StorageClasses, volumes, namespaces, pods and
 //!   webhook configurations; Secrets turn `stringData` into `data`, default to `Opaque`, keep
@@ -78,7 +84,8 @@
 //! status is what was written to it; evictions compute it), associative lists in apply's merge
 //! (an item the configuration leaves out goes), warnings for unknown fields (they are dropped
 //! silently), the go-cmp diff older versions append to a claim's immutability message, quantity
-//! canonicalisation, and the webhook configurations' validation. Objects put with the store
+//! canonicalisation, the webhook configurations' validation (their metadata is validated), and
+//! owner reference and finalizer validation. Objects put with the store
 //! hooks ([`FakeApiServer::put_object`]) keep the managedFields they carry, as another
 //! controller's write would leave them.
 
@@ -91,6 +98,7 @@ mod events;
 pub mod eviction;
 mod http;
 pub mod managed_fields;
+pub mod objectmeta;
 mod outage;
 mod pagination;
 pub mod profile;
@@ -122,6 +130,7 @@ pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
 
 pub use admission::AdmissionHook;
 pub use eviction::DisruptionStatus;
+pub use objectmeta::MetadataWording;
 pub use profile::Profile;
 use request_log::{Fault, HoldRule, RequestLog};
 use store::{Store, meta_str, metadata_mut, namespace_and_name, typed};
@@ -241,6 +250,12 @@ pub struct FakeApiConfig {
     /// (`PDBUnhealthyPodEvictionPolicy`, on from v1.27, GA in v1.31); when off an unready pod
     /// goes only while the budget is healthy, as before.
     pub unhealthy_pod_eviction_policy: bool,
+    /// How metadata errors are worded ([`objectmeta`]): `field.TooLong`'s sentence, and
+    /// whether label checks count characters or bytes (v1.35+).
+    pub metadata_wording: MetadataWording,
+    /// Whether StatefulSet names must be DNS labels, and an update does not revalidate them
+    /// (v1.27+); before, DNS subdomains.
+    pub statefulset_name_dns_label: bool,
     /// Whether the client may impersonate (`Impersonate-User`) for an access review.
     pub impersonation_allowed: bool,
     /// What `SelfSubjectAccessReview` answers as refused; everything else is allowed.
@@ -280,6 +295,8 @@ impl Default for FakeApiConfig {
             claim_resize_admission: false,
             pod_disruption_conditions: true,
             unhealthy_pod_eviction_policy: true,
+            metadata_wording: MetadataWording::V1_32,
+            statefulset_name_dns_label: true,
             impersonation_allowed: true,
             denied_access: Vec::new(),
         }

@@ -501,7 +501,6 @@ fn review(uid: &str, request: &WriteRequest<'_>, prepared: &Prepared, zero_null:
         "resource": gvr,
         "requestKind": kind,
         "requestResource": gvr,
-        "name": name,
         "operation": prepared.operation.as_str(),
         "userInfo": request.user.to_json(),
         "object": object,
@@ -511,6 +510,11 @@ fn review(uid: &str, request: &WriteRequest<'_>, prepared: &Prepared, zero_null:
     });
     if let Some(sub) = sub_resource(request.target) {
         body["subResource"] = json!(sub);
+    }
+    // `AdmissionRequest.name` is omitempty: a create by `generateName` has none before the
+    // registry names it.
+    if !name.is_empty() {
+        body["name"] = json!(name);
     }
     if !namespace.is_empty() {
         body["namespace"] = json!(namespace);

@@ -93,6 +93,34 @@ fn check_config(resource: &ResourceType, config: &Value, name: &str) -> Result<(
     Ok(())
 }
 
+/// A field the version's types do not have, in an applied configuration: before server-side
+/// field validation (v1.25) the field manager cannot build a typed object from it and the
+/// whole apply is refused (a create or a merge patch drops such a field while decoding, and
+/// goes through). Real v1.24 answered exactly this to `maxUnavailable`, the one field of ours
+/// its types lack.
+fn refuse_untyped_fields(
+    config: &FakeApiConfig,
+    resource: &ResourceType,
+    applied: &Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    if !std::ptr::eq(resource, &super::resources::STATEFULSETS)
+        || config.statefulset_max_unavailable_in_types
+        || applied
+            .pointer("/spec/updateStrategy/rollingUpdate/maxUnavailable")
+            .is_none()
+    {
+        return Ok(());
+    }
+    let namespace = meta_str(applied, "namespace").unwrap_or("");
+    Err(ApiError::typed_patch(format!(
+        "failed to create typed patch object ({namespace}/{name}; {}, Kind={}): \
+         .spec.updateStrategy.rollingUpdate.maxUnavailable: field not declared in schema",
+        resource.api_version(),
+        resource.kind
+    )))
+}
+
 /// Lists of the pod spec merged by a key (associative in the apiserver's schema), so that
 /// fields the apiserver defaulted in an item (`imagePullPolicy`, a port's `protocol`, a
 /// volume's `defaultMode`) stay when the configuration leaves them out.
@@ -191,6 +219,7 @@ pub fn apply_update(
 ) -> Result<Value, ApiError> {
     let resource = request.resource;
     check_config(resource, applied, request.name)?;
+    refuse_untyped_fields(config, resource, applied, request.name)?;
     let tracking = registry::tracking(resource, request.target);
     let mut applied = scoped(applied, tracking);
     registry::drop_unknown_fields(config, resource, &mut applied);
@@ -260,6 +289,7 @@ pub fn apply_create(
     writer: Writer<'_>,
 ) -> Result<Value, ApiError> {
     check_config(resource, applied, name)?;
+    refuse_untyped_fields(config, resource, applied, name)?;
     let tracking = registry::tracking(resource, Target::Main);
     let mut applied = scoped(applied, tracking);
     registry::drop_unknown_fields(config, resource, &mut applied);

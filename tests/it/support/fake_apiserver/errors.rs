@@ -191,8 +191,9 @@ impl ApiError {
             422,
             "Invalid",
             format!(
-                "{} \"{name}\" is invalid: {summary}",
-                resource.qualified_kind()
+                "{} {} is invalid: {summary}",
+                resource.qualified_kind(),
+                go_quote(name)
             ),
         )
         .with_details(
@@ -286,6 +287,13 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// An apply whose configuration the field manager cannot type (a 500 with no reason, as
+    /// `fieldmanager` returns it): `failed to create typed patch object (<ns>/<name>; <gvk>):
+    /// <path>: field not declared in schema`.
+    pub fn typed_patch(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
     /// The failure `fail_next` injects: the code with the reason the apiserver pairs it with.
     pub fn injected(code: u16) -> Self {
         let reason = match code {
@@ -315,6 +323,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        // `StatusReason` is omitempty.
+        if self.reason.is_empty()
+            && let Some(map) = status.as_object_mut()
+        {
+            map.remove("reason");
+        }
         if let Some(details) = &self.details {
             let mut details = details.clone();
             // `StatusDetails.group` is omitempty: the core group is not named.
@@ -361,6 +375,8 @@ pub enum FieldErrorKind {
     Invalid(String),
     /// Carries the offending value as printed already (a number, an `intstr.IntOrString`).
     InvalidRaw(String),
+    /// `field.TooLong`: the value is never printed.
+    TooLong,
 }
 
 impl FieldErrorKind {
@@ -369,6 +385,7 @@ impl FieldErrorKind {
             Self::Forbidden => "FieldValueForbidden",
             Self::Required => "FieldValueRequired",
             Self::Invalid(_) | Self::InvalidRaw(_) => "FieldValueInvalid",
+            Self::TooLong => "FieldValueTooLong",
         }
     }
 }
@@ -407,6 +424,15 @@ impl FieldError {
         }
     }
 
+    /// `field.TooLong(path, _, max)`: `Too long: <detail>`, the value left out.
+    pub fn too_long(path: &str, detail: &str) -> Self {
+        Self {
+            path: path.to_owned(),
+            kind: FieldErrorKind::TooLong,
+            detail: detail.to_owned(),
+        }
+    }
+
     /// The part after `<path>: `.
     fn body(&self) -> String {
         match &self.kind {
@@ -414,8 +440,12 @@ impl FieldError {
             // field.Error leaves out an empty detail.
             FieldErrorKind::Required if self.detail.is_empty() => "Required value".to_owned(),
             FieldErrorKind::Required => format!("Required value: {}", self.detail),
-            FieldErrorKind::Invalid(value) => format!("Invalid value: {value:?}: {}", self.detail),
+            FieldErrorKind::Invalid(value) => {
+                format!("Invalid value: {}: {}", go_quote(value), self.detail)
+            }
             FieldErrorKind::InvalidRaw(shown) => format!("Invalid value: {shown}: {}", self.detail),
+            FieldErrorKind::TooLong if self.detail.is_empty() => "Too long".to_owned(),
+            FieldErrorKind::TooLong => format!("Too long: {}", self.detail),
         }
     }
 }
@@ -424,4 +454,40 @@ impl std::fmt::Display for FieldError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.path, self.body())
     }
+}
+
+/// A string as Go's `%q` (`strconv.Quote`) prints it, as `field.Error` and `errors.NewInvalid`
+/// quote values and names: printable characters as they are, the usual backslash escapes, other
+/// control characters as `\xNN`, other unprintable ones as `\uNNNN`/`\UNNNNNNNN` (approximating
+/// `unicode.IsPrint` by Rust's control and whitespace classes).
+pub fn go_quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c if c == ' ' || !(c.is_control() || c.is_whitespace() || is_format_char(c)) => {
+                out.push(c);
+            }
+            c if u32::from(c) < 0x10000 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The format characters (Unicode category Cf) a name or label could plausibly carry, which
+/// `unicode.IsPrint` rejects.
+fn is_format_char(c: char) -> bool {
+    matches!(u32::from(c), 0xad | 0x600..=0x605 | 0x200b..=0x200f | 0x202a..=0x202e | 0x2060..=0x2064 | 0xfeff)
 }

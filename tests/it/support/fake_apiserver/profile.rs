@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{Value, json};
 
-use super::{FakeApiConfig, ValueWording};
+use super::{FakeApiConfig, MetadataWording, ValueWording};
 
 /// An apiserver build and feature-gate setting the captures cover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -254,6 +254,7 @@ impl FakeApiConfig {
             zero_creation_timestamp_null: false,
             claim_spec_json_diff: true,
             pod_generation: true,
+            metadata_wording: MetadataWording::V1_35,
             ..v1_32.clone()
         };
         match profile {
@@ -270,6 +271,8 @@ impl FakeApiConfig {
                 volume_claim_ref_granular: false,
                 pod_disruption_conditions: false,
                 unhealthy_pod_eviction_policy: false,
+                metadata_wording: MetadataWording::V1_24,
+                statefulset_name_dns_label: false,
                 ..v1_32
             },
             Profile::V1_32 => v1_32,

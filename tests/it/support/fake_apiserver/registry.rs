@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::FakeApiConfig;
 use super::errors::{ApiError, FieldError};
 use super::managed_fields;
+use super::objectmeta;
 use super::resources::{self, ResourceType};
 use super::schema::Schema;
 use super::store::{Store, meta_str, metadata_mut, namespace_and_name, set_meta};
@@ -146,23 +147,9 @@ pub fn prepare_create(
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    let name = match (meta_str(&object, "name"), meta_str(&object, "generateName")) {
-        (Some(name), _) if !name.is_empty() => name.to_owned(),
-        (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{}", store.name_suffix()),
-        _ => {
-            let errors = [FieldError::required(
-                "metadata.name",
-                "name or generateName is required",
-            )];
-            return Err(ApiError::invalid(resource, "", &errors));
-        }
-    };
-    let errors = validation::validate_name(&name);
-    if !errors.is_empty() {
-        return Err(ApiError::invalid(resource, &name, &errors));
-    }
+    // The name is checked, or generated from `generateName`, after mutating admission
+    // ([`complete_create`]), as the registry does.
     let meta = metadata_mut(&mut object);
-    meta.insert("name".into(), json!(name));
     for server_owned in [
         "uid",
         "creationTimestamp",
@@ -275,6 +262,16 @@ pub fn complete_create(
     resource: &'static ResourceType,
     mut object: Value,
 ) -> Result<Value, ApiError> {
+    // `Store.Create` (v1.32+; `rest.BeforeCreate` before): a `generateName` becomes the name.
+    let generate_name = meta_str(&object, "generateName").unwrap_or("").to_owned();
+    if meta_str(&object, "name").is_none_or(str::is_empty) && !generate_name.is_empty() {
+        let name = objectmeta::generated_name(&generate_name, &store.name_suffix());
+        set_meta(&mut object, "name", json!(name));
+        // The namespace strategy's Canonicalize labels the namespace with its generated name.
+        if std::ptr::eq(resource, &resources::NAMESPACES) {
+            validation::default_namespace(&mut object);
+        }
+    }
     let uid = store.new_uid();
     let meta = metadata_mut(&mut object);
     meta.insert("uid".into(), json!(uid));
@@ -287,7 +284,13 @@ pub fn complete_create(
     if std::ptr::eq(resource, &resources::PERSISTENT_VOLUME_CLAIMS) {
         object["status"] = json!({});
     }
-    let errors = validate_create(config, resource, &object);
+    // The strategy's `Validate` (metadata, then the type's own); only if it passes, the
+    // generic metadata check of `rest.BeforeCreate`.
+    let mut errors = objectmeta::validate_create(config, resource, &object);
+    errors.extend(validate_create(config, resource, &object));
+    if errors.is_empty() {
+        errors = objectmeta::validate_create_generic(config, resource, &object);
+    }
     if !errors.is_empty() {
         let (_, name) = namespace_and_name(&object);
         return Err(ApiError::invalid(resource, &name, &errors));
@@ -560,11 +563,15 @@ pub fn complete_update(
     mut updated: Value,
 ) -> Result<Value, ApiError> {
     let resource = request.resource;
+    // `rest.BeforeUpdate`: the generic metadata checks, then the strategy's `ValidateUpdate`.
+    let mut errors = objectmeta::validate_update(config, resource, request.target, &updated);
     if request.target != Target::Status {
-        let errors = validate_update(config, resource, current, &updated);
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(resource, request.name, &errors));
-        }
+        errors.extend(validate_update(config, resource, current, &updated));
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(resource, request.name, &errors));
+    }
+    if request.target != Target::Status {
         admit_update(store, config, resource, current, &updated)?;
         if tracks_generation(config, resource)
             && generation_part(current) != generation_part(&updated)

@@ -33,28 +33,6 @@ pub fn statefulset_spec_forbidden(mutable: &[&str]) -> String {
 /// The annotation older clients use instead of `spec.storageClassName`.
 const BETA_STORAGE_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
 
-/// `metadata.name` must be a DNS-1123 subdomain for every type we serve.
-pub fn validate_name(name: &str) -> Vec<FieldError> {
-    let label_ok = |label: &str| {
-        !label.is_empty()
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-    };
-    if name.len() <= 253 && name.split('.').all(label_ok) {
-        return Vec::new();
-    }
-    vec![FieldError::invalid(
-        "metadata.name",
-        name,
-        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', \
-         and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is \
-         '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
-    )]
-}
-
 /// An embedded ObjectMeta's zero `creationTimestamp`: printed as `null` up to v1.34, left out
 /// after (`metav1.Time` became `omitzero`).
 fn zero_creation_timestamp(meta: &mut serde_json::Map<String, Value>, null: bool) {
