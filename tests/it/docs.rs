@@ -371,6 +371,13 @@ fn readme_names_every_step_of_ci_run() {
     let readme = read(&repo().join("README.md"));
     let mut steps = 0;
     for line in script.lines().map(str::trim) {
+        // `stage "NAME" COMMAND…`: the command after the stage's name (or on the next line).
+        let line = match line.strip_prefix("stage \"") {
+            Some(rest) => rest
+                .split_once('"')
+                .map_or("", |(_, command)| command.trim()),
+            None => line,
+        };
         let named = if let Some(rest) = line.strip_prefix("bash ") {
             rest.split_whitespace()
                 .next()
