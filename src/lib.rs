@@ -21,6 +21,7 @@ pub mod health;
 pub mod names;
 pub mod quantity;
 pub mod review;
+pub mod rollout;
 pub mod server;
 pub mod status;
 pub mod telemetry;

@@ -106,7 +106,7 @@ impl Default for ControllerConfig {
             converge_poll: Duration::from_secs(1),
             mode: executor::Mode::Enforce,
             restart_pods_for_resize: false,
-            resize_restart_grace: Duration::from_secs(60),
+            resize_restart_grace: crate::rollout::restart::DEFAULT_GRACE,
         }
     }
 }

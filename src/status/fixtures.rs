@@ -36,6 +36,23 @@ pub(super) fn template(storage: &str) -> Value {
 /// A settled set `name` of 3 replicas, with the controller's conditions, with live template `live`; `desired` recorded by the
 /// webhook at T0+100 (the applier `helm` owning the annotation, as the apiserver attributes a
 /// webhook's mutation); `policy` as annotation.
+/// Pod `ordinal` of set `name`, controlled by it, at its revision `<name>-1`, Running and Ready
+/// since `ready_at` (made 5 s before).
+pub(super) fn pod(name: &str, ordinal: u32, uid: &str, ready_at: i64) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("{name}-{ordinal}"), "namespace": NS, "uid": uid,
+                     "creationTimestamp": time(ready_at - 5),
+                     "labels": {"app": name, "controller-revision-hash": format!("{name}-1")},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                          "name": name, "uid": format!("uid-{name}"),
+                                          "controller": true}]},
+        "spec": {"containers": [{"name": "c", "image": "db:1"}]},
+        "status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": time(ready_at)}]}
+    })
+}
+
 pub(super) fn set(name: &str, live: &str, desired: Option<&str>, policy: Option<&str>) -> Value {
     let mut annotations = serde_json::Map::new();
     if let Some(p) = policy {

@@ -34,6 +34,7 @@ use crate::controller::max_unavailable::plan as max_unavailable;
 use crate::names;
 use crate::names::journal_name;
 use crate::quantity::Quantity;
+use crate::rollout::restart;
 
 /// `apiVersion` of the report: a new version is made for any change that is not an added field.
 pub(crate) const API_VERSION: &str = "stateful-admission.io/v1alpha1";
@@ -555,7 +556,7 @@ pub(crate) fn build(
         {
             continue;
         }
-        let status = present(set, inputs, selection, &events);
+        let status = present(set, inputs, selection, &events, now);
         items.insert(key, status);
     }
     // Sets being created again from a journal, and sets gone from sight.
@@ -778,6 +779,7 @@ fn present(
     inputs: &Inputs,
     selection: &Selection,
     events: &EventIndex<'_>,
+    now: Timestamp,
 ) -> SetStatus {
     let namespace = set.metadata.namespace.clone().unwrap_or_default();
     let name = set.metadata.name.clone().unwrap_or_default();
@@ -817,6 +819,37 @@ fn present(
     };
 
     let classes_known = inputs.classes.unreadable.is_none();
+    // Restarts for resizes as the controller plans them (its planner, on the same objects):
+    // `status` shows that decision, not one of its own.
+    let restart_plan = {
+        let settings = restart::Settings {
+            // `status` does not know `serve`'s default: the set's own word.
+            restart: restart::opted_in(set, false),
+            rolling: rollout.rolling,
+            partition: rollout.partition,
+            max_unavailable: rollout.max_unavailable,
+            update_revision: rollout.update_revision.clone(),
+            grace: restart::DEFAULT_GRACE,
+            observed: restart::observed(set),
+            now,
+        };
+        let replicas = restart::replicas_of(
+            set,
+            &ordinals,
+            |ordinal| inputs.pods.get(&namespace, &format!("{name}-{ordinal}")),
+            |ordinal| {
+                templates
+                    .iter()
+                    .filter_map(|t| {
+                        let claim = set_claims::claim_name(&template_name(t), &name, ordinal);
+                        inputs.claims.get(&namespace, &claim)
+                    })
+                    .collect()
+            },
+            now,
+        );
+        restart::plan(&settings, &replicas)
+    };
     let mut claim_list = Vec::with_capacity(templates.len() * ordinals.len());
     let mut counts = ClaimCounts::default();
     let mut claim_uids = Vec::new();
@@ -877,8 +910,10 @@ fn present(
             let (state, message) = match assessment {
                 Assessment::Compatible => (ClaimState::Compatible, None),
                 _ if failure.is_some() => (ClaimState::Failed, failure),
-                Assessment::Updating => restart_state(set, claim, &rollout, &pod_name)
-                    .unwrap_or((ClaimState::Updating, None)),
+                Assessment::Updating => {
+                    restart_state(set, &claim_name, ordinal, &restart_plan, &pod_name)
+                        .unwrap_or((ClaimState::Updating, None))
+                }
                 Assessment::Waiting(_) if !bound(claim) && !needs_patch(template, claim) => (
                     ClaimState::Provisioning,
                     Some("not bound yet; it asks for its template's size".to_owned()),
@@ -1018,49 +1053,78 @@ fn present(
 }
 
 /// An updating claim that waits for its pod to be re-created (offline expansion), or whose
-/// pod the controller evicted for it, with what the user should know; `None` for any other.
+/// pod the controller evicted for it, as the restart planner decides; `None` for any other.
 fn restart_state(
     set: &StatefulSet,
-    claim: &PersistentVolumeClaim,
-    rollout: &plan::Rollout,
+    claim: &str,
+    ordinal: u32,
+    plan: &restart::Plan,
     pod: &str,
 ) -> Option<(ClaimState, Option<String>)> {
-    use crate::controller::claim_rollout::restart::{Record, Resize};
+    use restart::{ClaimRestart, Wait};
     let namespace = set.metadata.namespace.as_deref().unwrap_or_default();
-    if let Some(record) = Record::of(claim) {
-        return Some((
+    let decision = restart::claim_restart(plan, ordinal, claim)?;
+    let waits = format!(
+        "waits for pod {pod} to be re-created to finish growing its file system (FileSystemResizePending)"
+    );
+    let (state, message) = match decision {
+        ClaimRestart::Restarting { record } => (
             ClaimState::Restarting,
-            Some(format!(
+            format!(
                 "pod {} evicted at {} for this resize: waiting for it to be re-created and the file system to grow",
                 record.pod,
                 format_time(record.at)
-            )),
-        ));
-    }
-    let Resize::WaitsForRestart { since } = Resize::of(claim) else {
-        return None;
+            ),
+        ),
+        ClaimRestart::Evicting { pod } => (
+            ClaimState::WaitingForRestart,
+            format!("{waits}; the controller evicts pod {pod} now, within the budget"),
+        ),
+        ClaimRestart::Stuck { pod } => (
+            ClaimState::Failed,
+            format!(
+                "pod {pod} was re-created after its eviction for this resize and the file system still waits (FileSystemResizePending): the volume's driver did not grow it; it is not evicted again"
+            ),
+        ),
+        ClaimRestart::Cancelled { why } => (
+            ClaimState::WaitingForRestart,
+            format!(
+                "{waits}; the restart recorded for it is not made: {}",
+                why.reason().unwrap_or_default()
+            ),
+        ),
+        ClaimRestart::Waiting { why, .. } => {
+            let detail = match why {
+                Wait::NotOptedIn => format!(
+                    "restart it (kubectl delete pod -n {namespace} {pod}), or let the controller: annotate the set {}=true (or its --restart-pods-for-resize)",
+                    names::RESTART_PODS_FOR_RESIZE
+                ),
+                Wait::OnDelete => format!(
+                    "updateStrategy OnDelete: restart it yourself (kubectl delete pod -n {namespace} {pod})"
+                ),
+                Wait::Partition => "the replica is below the rolling update's partition".to_owned(),
+                Wait::BeingReplaced => {
+                    "the StatefulSet controller is re-creating the pod: that is the restart".to_owned()
+                }
+                Wait::Budget => {
+                    "held by the budget: other replicas are down, restarting or being replaced for the pod template".to_owned()
+                }
+                Wait::NotObserved => {
+                    "the StatefulSet controller has not seen the set's latest spec yet".to_owned()
+                }
+                Wait::Grace { left } => format!(
+                    "the controller evicts it if it still waits in {}s (an online-capable volume finishes meanwhile)",
+                    left.as_secs()
+                ),
+                Wait::Refused { left } => format!(
+                    "its eviction was refused (a PodDisruptionBudget); asked again in {}s",
+                    left.as_secs()
+                ),
+            };
+            (ClaimState::WaitingForRestart, format!("{waits}; {detail}"))
+        }
     };
-    let since = since.map_or_else(String::new, |t| format!(" since {}", format_time(t)));
-    let waits = format!(
-        "waits for pod {pod} to be re-created to finish growing its file system (FileSystemResizePending{since})"
-    );
-    let message = if !rollout.rolling {
-        format!(
-            "{waits}; updateStrategy OnDelete: restart it yourself (kubectl delete pod -n {namespace} {pod})"
-        )
-    // `status` does not know `serve`'s default: the set's own word.
-    } else if crate::controller::claim_rollout::restarts_pods(set, false) {
-        format!(
-            "{waits}; the controller evicts it after its grace period, within the budget ({}=true)",
-            names::RESTART_PODS_FOR_RESIZE
-        )
-    } else {
-        format!(
-            "{waits}; restart it (kubectl delete pod -n {namespace} {pod}), or let the controller: annotate the set {}=true (or its --restart-pods-for-resize)",
-            names::RESTART_PODS_FOR_RESIZE
-        )
-    };
-    Some((ClaimState::WaitingForRestart, Some(message)))
+    Some((state, Some(message)))
 }
 
 fn policy_name(policy: ClaimUpdatePolicy) -> String {

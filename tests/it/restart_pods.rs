@@ -124,6 +124,16 @@ fn pod_deletes(api: &FakeApiServer) -> Vec<String> {
         .collect()
 }
 
+/// Reconciles the controller finished, whatever their outcome: evidence that it looked.
+fn reconciles(controller: &RunningController) -> u64 {
+    controller
+        .metrics()
+        .lines()
+        .filter(|l| l.starts_with("controller_reconciles_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn evicted_in_order(api: &FakeApiServer) -> Vec<String> {
     api.eviction_records()
         .into_iter()
@@ -348,6 +358,80 @@ async fn a_budget_refusal_is_asked_again_and_never_becomes_a_delete() {
             .filter(|r| r.pod == "web-2")
             .all(|r| r.uid == original)
     );
+    assert!(pod_deletes(&api).is_empty());
+    controller.stop().await;
+    sim.stop().await;
+}
+
+/// A record is a promise, not an order: a set that opts out while its pod's eviction is
+/// refused gets no eviction afterwards, even once the budget would allow it; the record goes,
+/// and the set is told why.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_opt_out_during_a_refused_eviction_clears_the_record_and_evicts_nothing() {
+    let api = FakeApiServer::start().await;
+    let sim = install(&api, &[(names::RESTART_PODS_FOR_RESIZE, "true")], |_| {}).await;
+    api.put_object(
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "web"}}}}),
+    );
+    let _resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    let original = pod_uid(&api, "web-2");
+    let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
+    assert!(
+        eventually(WAIT, || api.eviction_refusals_of(NS, "web-2") >= 1
+            && record(&api, "data-web-2").is_some())
+        .await,
+        "recorded, then refused"
+    );
+
+    // The set opts out, and the budget is lifted.
+    let sets: kube::Api<StatefulSet> = kube::Api::namespaced(api.client(), NS);
+    sets.patch(
+        "web",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+            names::RESTART_PODS_FOR_RESIZE: "false"}}})),
+    )
+    .await
+    .expect("the opt-out");
+    api.put_object(
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+    );
+    assert!(
+        eventually(WAIT, || record(&api, "data-web-2").is_none()).await,
+        "the record goes"
+    );
+    // The Event follows the write's answer.
+    assert!(
+        eventually(WAIT, || !events(&api, "PodRestartCancelled").is_empty()).await,
+        "the set is told"
+    );
+    let cancelled = events(&api, "PodRestartCancelled");
+    assert!(
+        cancelled.len() == 1
+            && cancelled[0].note.as_deref().is_some_and(
+                |n| n.contains("data-web-2") && n.contains("the set no longer opts in")
+            ),
+        "{cancelled:?}"
+    );
+    // The controller looked again after the record went (its backoff over, the budget free)
+    // and still evicted nothing: the user is told to restart the pod instead.
+    let before = reconciles(&controller);
+    assert!(
+        eventually(WAIT, || reconciles(&controller) >= before + 2
+            && !events(&api, "PodRestartNeededForResize").is_empty())
+        .await,
+        "looked again, and told the user"
+    );
+    assert_eq!(
+        api.evictions_of(NS, "web-2"),
+        0,
+        "no eviction after the opt-out"
+    );
+    assert_eq!(pod_uid(&api, "web-2"), original);
     assert!(pod_deletes(&api).is_empty());
     controller.stop().await;
     sim.stop().await;

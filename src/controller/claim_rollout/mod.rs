@@ -508,14 +508,7 @@ async fn rollout(
 
 /// Whether `set` restarts pods for resizes: its annotation, else the `serve` default.
 pub(crate) fn restarts_pods(set: &StatefulSet, default: bool) -> bool {
-    match annotations(set)
-        .and_then(|a| a.get(names::RESTART_PODS_FOR_RESIZE))
-        .map(|v| v.trim())
-    {
-        Some("true") => true,
-        Some("false") => false,
-        _ => default,
-    }
+    restart::opted_in(set, default)
 }
 
 /// Expansions waiting for a pod restart ([`restart`]): plans and carries out the evictions;
@@ -529,7 +522,6 @@ async fn restart_pods(
 ) -> Result<Option<Duration>, Error> {
     let set = snapshot.set.as_ref();
     let now = jiff::Timestamp::now();
-    let min_ready_seconds = i64::from(set.spec.min_ready_seconds.unwrap_or(0).max(0));
     let settings = restart::Settings {
         restart: restarts_pods(set, ctx.config.restart_pods_for_resize),
         rolling: rollout.rolling,
@@ -537,48 +529,32 @@ async fn restart_pods(
         max_unavailable: rollout.max_unavailable,
         update_revision: rollout.update_revision.clone(),
         grace: ctx.config.resize_restart_grace,
+        observed: restart::observed(set),
         now,
     };
-    let owner = set.metadata.uid.as_deref();
-    let replicas: Vec<restart::Replica> = snapshot
-        .ordinals
-        .iter()
-        .enumerate()
-        .map(|(index, &ordinal)| {
-            // Only a pod this set controls is its replica's (upstream's controller sees no
-            // other).
-            let pod = snapshot
-                .pod(ordinal)
-                .filter(|p| {
-                    p.metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == owner)
-                })
-                .and_then(|p| restart::PodState::of(p, min_ready_seconds, now))
-                .map(|mut pod| {
-                    // Evicted, and the pod cache has not heard of it yet: going.
-                    if metrics.was_evicted(&pod.uid) {
-                        pod.health = super::max_unavailable::plan::Health::Terminating;
-                    }
-                    pod
-                });
-            restart::Replica {
-                index,
-                ordinal,
-                backoff: pod.as_ref().and_then(|p| metrics.backoff(&p.uid)),
-                pod,
-                claims: snapshot
-                    .claims
-                    .iter()
-                    .filter(|(_, n, _)| *n == ordinal)
-                    .filter_map(|(_, _, c)| c.as_deref())
-                    .map(restart::Claim::of)
-                    .collect(),
+    let mut replicas = restart::replicas_of(
+        set,
+        &snapshot.ordinals,
+        |ordinal| snapshot.pod(ordinal),
+        |ordinal| {
+            snapshot
+                .claims
+                .iter()
+                .filter(|(_, n, _)| *n == ordinal)
+                .filter_map(|(_, _, c)| c.as_deref())
+                .collect()
+        },
+        now,
+    );
+    for replica in &mut replicas {
+        if let Some(pod) = replica.pod.as_mut() {
+            // Evicted, and the pod cache has not heard of it yet: going.
+            if metrics.was_evicted(&pod.uid) {
+                pod.health = crate::rollout::health::Health::Terminating;
             }
-        })
-        .collect();
+            replica.backoff = metrics.backoff(&pod.uid);
+        }
+    }
     let plan = restart::plan(&settings, &replicas);
     if plan.steps.is_empty() {
         return Ok(plan.recheck_after);

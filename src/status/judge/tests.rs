@@ -658,8 +658,9 @@ fn a_class_the_cluster_cannot_apply_fails_only_a_change_and_only_at_the_end() {
 }
 
 /// Claims whose file system waits for their pod to be re-created (offline expansion): not
-/// done, and the line names the pod to restart (or says the controller does it); a claim whose
-/// pod the controller evicted is restarting.
+/// done, and the line says what the controller's restart planner decides on the same objects:
+/// the pod to restart by hand, the eviction it makes now, what holds it (the budget), a
+/// restart under way, and a record it will not act on.
 #[test]
 fn claims_waiting_for_a_restart_name_the_pod() {
     let converged = set("web", "2Gi", None, Some("InPlace"));
@@ -676,7 +677,17 @@ fn claims_waiting_for_a_restart_name_the_pod() {
         claim("web", 1, "2Gi", "2Gi"),
         pending(claim("web", 2, "2Gi", "1Gi")),
     ];
-    let waiting = report(&objects(converged.clone(), claims.clone()));
+    let pods = vec![
+        pod("web", 0, "u-0", 100),
+        pod("web", 1, "u-1", 100),
+        pod("web", 2, "u-2", 100),
+    ];
+    let with_pods = |set: Value, claims: Vec<Value>, pods: Vec<Value>| {
+        let mut all = objects(set, claims);
+        all.extend(pods);
+        all
+    };
+    let waiting = report(&with_pods(converged.clone(), claims.clone(), pods.clone()));
     let web = &waiting.items[0];
     assert_eq!(web.claims.waiting_for_restart, 1);
     let v = &web.verdict;
@@ -691,7 +702,7 @@ fn claims_waiting_for_a_restart_name_the_pod() {
         "{}",
         v.message
     );
-    // Opted in: the controller does it.
+    // Opted in: the controller evicts it now (past the grace, within the budget).
     let opted = with(
         converged.clone(),
         &format!(
@@ -700,14 +711,33 @@ fn claims_waiting_for_a_restart_name_the_pod() {
         ),
         json!("true"),
     );
-    let report_opted = report(&objects(opted, claims.clone()));
+    let report_opted = report(&with_pods(opted.clone(), claims.clone(), pods.clone()));
     assert!(
         report_opted.items[0]
             .verdict
             .message
-            .contains("the controller evicts it after its grace period"),
+            .contains("the controller evicts pod web-2 now, within the budget"),
         "{}",
         report_opted.items[0].verdict.message
+    );
+    // Another replica down: the controller holds it, and status says so (not "evicted").
+    let mut one_down = pods.clone();
+    one_down[0] = with(one_down[0].clone(), "/status/phase", json!("Pending"));
+    let held = report(&with_pods(opted.clone(), claims.clone(), one_down));
+    assert!(
+        held.items[0].verdict.message.contains("held by the budget"),
+        "{}",
+        held.items[0].verdict.message
+    );
+    // No pod: the StatefulSet controller is re-creating it, which is the restart.
+    let replaced = report(&with_pods(opted, claims.clone(), pods[..2].to_vec()));
+    assert!(
+        replaced.items[0]
+            .verdict
+            .message
+            .contains("the StatefulSet controller is re-creating the pod"),
+        "{}",
+        replaced.items[0].verdict.message
     );
     // Evicted by the controller: restarting, still awaited.
     let mut evicted = claims;
@@ -719,7 +749,10 @@ fn claims_waiting_for_a_restart_name_the_pod() {
         ),
         json!("{\"pod\":\"web-2\",\"podUID\":\"u-2\",\"at\":\"2027-01-15T08:00:00Z\"}"),
     );
-    let restarting = report(&objects(converged, evicted));
+    // Its new pod (another uid) Ready 10 s ago: the file system grows as it mounts.
+    let mut new_pod = pods.clone();
+    new_pod[2] = pod("web", 2, "u-new", NOW - 10);
+    let restarting = report(&with_pods(converged.clone(), evicted.clone(), new_pod));
     let web = &restarting.items[0];
     assert_eq!(web.claims.restarting, 1);
     assert_eq!(web.verdict.result, Outcome::Progressing);
@@ -729,5 +762,16 @@ fn claims_waiting_for_a_restart_name_the_pod() {
             .contains("data-web-2 restarting (pod web-2 evicted at"),
         "{}",
         web.verdict.message
+    );
+    // The recorded pod still there and the set no longer opts in: the record is not acted
+    // on, and status says so instead of "restarting" forever.
+    let cancelled = report(&with_pods(converged, evicted, pods));
+    assert!(
+        cancelled.items[0]
+            .verdict
+            .message
+            .contains("the restart recorded for it is not made: the set no longer opts in"),
+        "{}",
+        cancelled.items[0].verdict.message
     );
 }

@@ -1,4 +1,9 @@
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
 use super::*;
+use crate::rollout::health::Health;
 
 fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + seconds).expect("a time")
@@ -14,6 +19,7 @@ fn settings() -> Settings {
         max_unavailable: 1,
         update_revision: Some("web-2".into()),
         grace: GRACE,
+        observed: true,
         now: at(1000),
     }
 }
@@ -30,12 +36,14 @@ fn replica(ordinal: u32, health: Health, resize: Resize) -> Replica {
             revision: Some("web-2".into()),
             health,
             ready_since: Some(at(0)),
+            created: Some(at(0)),
         }),
         backoff: None,
         claims: vec![Claim {
             name: format!("data-web-{ordinal}"),
             uid: Some(format!("claim-{ordinal}")),
             resource_version: Some("7".into()),
+            request: Some("2Gi".into()),
             resize,
             record: None,
         }],
@@ -54,6 +62,7 @@ fn recorded(mut r: Replica, pod_uid: &str) -> Replica {
         pod: r.pod.as_ref().map_or("web-x".into(), |p| p.name.clone()),
         pod_uid: pod_uid.into(),
         at: at(900),
+        size: Some("2Gi".into()),
     });
     r
 }
@@ -71,7 +80,19 @@ fn summary(plan: &Plan) -> Vec<(u32, String)> {
         .iter()
         .map(|s| match s {
             Step::Evict { ordinal, .. } => (*ordinal, "evict".to_owned()),
-            Step::Clear { ordinal, .. } => (*ordinal, "clear".to_owned()),
+            Step::Clear { ordinal, why, .. } => (
+                *ordinal,
+                match why {
+                    Cleared::Finished => "clear",
+                    Cleared::OptedOut => "clear:opted-out",
+                    Cleared::OnDelete => "clear:on-delete",
+                    Cleared::NoLongerWaits => "clear:no-longer-waits",
+                    Cleared::BeingReplaced => "clear:being-replaced",
+                    Cleared::Partition => "clear:partition",
+                    Cleared::Superseded => "clear:superseded",
+                }
+                .to_owned(),
+            ),
             Step::StillWaiting { ordinal, .. } => (*ordinal, "still".to_owned()),
             Step::Waiting { ordinal, why, .. } => (
                 *ordinal,
@@ -83,6 +104,7 @@ fn summary(plan: &Plan) -> Vec<(u32, String)> {
                     Wait::Budget => "budget",
                     Wait::Grace { .. } => "grace",
                     Wait::Refused { .. } => "refused",
+                    Wait::NotObserved => "not-observed",
                 }
                 .to_owned(),
             ),
@@ -295,6 +317,179 @@ fn which_pod_is_restarted_when() {
             replicas: vec![replica(0, Available, Resize::InProgress)],
             want: vec![],
         },
+        // A record is a promise, not an order: the same pod is asked again only while the
+        // restart still applies, within the budget; otherwise the record goes, said.
+        Case {
+            name: "opted out while an eviction was refused: the record goes, no eviction",
+            settings: Settings {
+                restart: false,
+                ..settings()
+            },
+            replicas: vec![Replica {
+                backoff: Some(Duration::from_secs(4)),
+                ..recorded(stuck(2), "pod-2")
+            }],
+            want: vec![(2, "clear:opted-out")],
+        },
+        Case {
+            name: "opted out with the backoff over: the record goes, no eviction",
+            settings: Settings {
+                restart: false,
+                ..settings()
+            },
+            replicas: vec![recorded(stuck(2), "pod-2")],
+            want: vec![(2, "clear:opted-out")],
+        },
+        Case {
+            name: "the claim finished growing online while its eviction was refused: the record goes",
+            settings: settings(),
+            replicas: vec![recorded(up(2), "pod-2")],
+            want: vec![(2, "clear:no-longer-waits")],
+        },
+        Case {
+            name: "another replica went down while an eviction was refused: the same pod waits for the budget",
+            settings: settings(),
+            replicas: vec![
+                recorded(stuck(2), "pod-2"),
+                replica(0, NotReady, Resize::Done),
+            ],
+            want: vec![(2, "budget")],
+        },
+        Case {
+            name: "a recorded pod that is already down is asked again at no cost",
+            settings: settings(),
+            replicas: vec![
+                recorded(replica(2, NotReady, waits(120)), "pod-2"),
+                replica(0, NotReady, Resize::Done),
+            ],
+            want: vec![(2, "evict")],
+        },
+        Case {
+            name: "the record's own replica is charged once: budget 1, it alone is asked again",
+            settings: settings(),
+            replicas: vec![recorded(stuck(2), "pod-2"), up(1), up(0)],
+            want: vec![(2, "evict")],
+        },
+        Case {
+            name: "updateStrategy became OnDelete: the record goes",
+            settings: Settings {
+                rolling: false,
+                ..settings()
+            },
+            replicas: vec![recorded(stuck(1), "pod-1")],
+            want: vec![(1, "clear:on-delete")],
+        },
+        Case {
+            name: "the partition moved above a recorded replica: the record goes",
+            settings: Settings {
+                partition: 2,
+                ..settings()
+            },
+            replicas: vec![recorded(stuck(1), "pod-1")],
+            want: vec![(1, "clear:partition")],
+        },
+        Case {
+            name: "a pod template rollout replaces a recorded pod: its re-creation is the restart",
+            settings: settings(),
+            replicas: vec![recorded(
+                with_pod(stuck(1), |p| p.revision = Some("web-1".into())),
+                "pod-1",
+            )],
+            want: vec![(1, "clear:being-replaced")],
+        },
+        Case {
+            name: "a pod template rollout in progress takes the budget first (budget 1)",
+            settings: settings(),
+            replicas: vec![
+                stuck(2),
+                with_pod(up(1), |p| p.revision = Some("web-1".into())),
+                up(0),
+            ],
+            want: vec![(2, "budget")],
+        },
+        Case {
+            name: "a pod template rollout in progress: what it leaves of the budget restarts (budget 2)",
+            settings: Settings {
+                max_unavailable: 2,
+                ..settings()
+            },
+            replicas: vec![
+                stuck(2),
+                with_pod(up(1), |p| p.revision = Some("web-1".into())),
+                stuck(0),
+            ],
+            want: vec![(2, "evict"), (0, "budget")],
+        },
+        Case {
+            name: "below the partition, an old revision is not the rolling update's: no budget taken",
+            settings: Settings {
+                partition: 1,
+                ..settings()
+            },
+            replicas: vec![
+                stuck(2),
+                with_pod(up(0), |p| p.revision = Some("web-1".into())),
+            ],
+            want: vec![(2, "evict")],
+        },
+        Case {
+            name: "the StatefulSet controller has not seen the latest spec: nothing restarted",
+            settings: Settings {
+                observed: false,
+                ..settings()
+            },
+            replicas: vec![stuck(2), recorded(stuck(1), "pod-1")],
+            want: vec![(2, "not-observed"), (1, "not-observed")],
+        },
+        Case {
+            name: "a pod made after the claim began waiting and not Ready yet is the replacement: never evicted",
+            settings: settings(),
+            replicas: vec![with_pod(replica(1, NotReady, waits(120)), |p| {
+                p.created = Some(at(950));
+                p.ready_since = None;
+            })],
+            want: vec![(1, "being-replaced")],
+        },
+        Case {
+            name: "a pod made before the claim began waiting and down: restarted at no cost",
+            settings: settings(),
+            replicas: vec![with_pod(replica(1, NotReady, waits(120)), |p| {
+                p.created = Some(at(100));
+            })],
+            want: vec![(1, "evict")],
+        },
+        Case {
+            name: "a new resize after a stuck one: a new restart, its record written over",
+            settings: settings(),
+            replicas: vec![{
+                let mut r = recorded(stuck(1), "pod-old");
+                r.claims[0].request = Some("3Gi".into());
+                r
+            }],
+            want: vec![(1, "evict")],
+        },
+        Case {
+            name: "a record of an earlier size on a claim that no longer waits: it goes",
+            settings: settings(),
+            replicas: vec![{
+                let mut r = recorded(up(1), "pod-old");
+                r.claims[0].request = Some("3Gi".into());
+                r
+            }],
+            want: vec![(1, "clear:superseded")],
+        },
+        Case {
+            name: "a record written before sizes were kept stands for whatever the claim asks",
+            settings: settings(),
+            replicas: vec![{
+                let mut r = recorded(stuck(1), "pod-old");
+                if let Some(record) = r.claims[0].record.as_mut() {
+                    record.size = None;
+                }
+                r
+            }],
+            want: vec![(1, "still")],
+        },
     ];
     for case in cases {
         let plan = super::plan(&case.settings, &case.replicas);
@@ -316,11 +511,12 @@ fn an_eviction_names_the_pod_uid_and_the_claims_to_record_first() {
             ordinal: 3,
             pod: "web-3".into(),
             pod_uid: "pod-3".into(),
-            record_on: vec![(
-                "data-web-3".into(),
-                Some("claim-3".into()),
-                Some("7".into())
-            )],
+            record_on: vec![RecordOn {
+                claim: "data-web-3".into(),
+                uid: Some("claim-3".into()),
+                resource_version: Some("7".into()),
+                request: Some("2Gi".into()),
+            }],
         }]
     );
     // Resent after a crash: the recorded uid, nothing recorded again.
@@ -427,8 +623,18 @@ fn an_eviction_is_written_ahead_on_each_claim_then_sent_with_the_pod_uid() {
                 pod: "web-2".into(),
                 pod_uid: "pod-2".into(),
                 record_on: vec![
-                    ("data-web-2".into(), Some("c-2".into()), Some("7".into())),
-                    ("logs-web-2".into(), Some("l-2".into()), Some("8".into())),
+                    RecordOn {
+                        claim: "data-web-2".into(),
+                        uid: Some("c-2".into()),
+                        resource_version: Some("7".into()),
+                        request: Some("2Gi".into()),
+                    },
+                    RecordOn {
+                        claim: "logs-web-2".into(),
+                        uid: Some("l-2".into()),
+                        resource_version: Some("8".into()),
+                        request: Some("5Gi".into()),
+                    },
                 ],
             },
             Step::Evict {
@@ -442,6 +648,14 @@ fn an_eviction_is_written_ahead_on_each_claim_then_sent_with_the_pod_uid() {
                 claim: "data-web-0".into(),
                 uid: Some("c-0".into()),
                 resource_version: Some("9".into()),
+                why: Cleared::Finished,
+            },
+            Step::Clear {
+                ordinal: 5,
+                claim: "data-web-5".into(),
+                uid: Some("c-5".into()),
+                resource_version: Some("3".into()),
+                why: Cleared::OptedOut,
             },
             Step::Waiting {
                 ordinal: 3,
@@ -457,6 +671,7 @@ fn an_eviction_is_written_ahead_on_each_claim_then_sent_with_the_pod_uid() {
             },
         ],
         recheck_after: None,
+        restarting: Vec::new(),
     };
     let actions = actions("db", &set, &plan);
     let writes: Vec<&Write> = actions
@@ -479,6 +694,7 @@ fn an_eviction_is_written_ahead_on_each_claim_then_sent_with_the_pod_uid() {
             // A record written before (a crash in between): the eviction alone, at once.
             (Verb::EvictPod, "web-1", After::Anything),
             (Verb::RecordPodRestart, "data-web-0", After::Anything),
+            (Verb::RecordPodRestart, "data-web-5", After::Anything),
         ]
     );
     // The record: the claim's version as precondition, the pod and its uid.
@@ -493,8 +709,33 @@ fn an_eviction_is_written_ahead_on_each_claim_then_sent_with_the_pod_uid() {
     )
     .expect("it parses");
     assert_eq!(
-        (record.pod.as_str(), record.pod_uid.as_str()),
-        ("web-2", "pod-2")
+        (
+            record.pod.as_str(),
+            record.pod_uid.as_str(),
+            record.size.as_deref()
+        ),
+        ("web-2", "pod-2", Some("2Gi"))
+    );
+    // Each claim's record keeps its own size.
+    let Request::Patch(body) = &writes[1].request else {
+        panic!("a patch")
+    };
+    let record: Record = serde_json::from_str(
+        body["metadata"]["annotations"][names::RESIZE_RESTART]
+            .as_str()
+            .expect("a record"),
+    )
+    .expect("it parses");
+    assert_eq!(record.size.as_deref(), Some("5Gi"));
+    // A finished restart's record goes silently; a cancelled one's is said once it is gone.
+    assert!(writes[4].on_done.is_empty());
+    assert_eq!(writes[5].on_done[0].reason, "PodRestartCancelled");
+    assert!(
+        writes[5].on_done[0]
+            .note
+            .contains("data-web-5 is not made: the set no longer opts in"),
+        "{}",
+        writes[5].on_done[0].note
     );
     // The eviction: only that pod (uid), PodDisruptionBudgets' refusals expected.
     assert_eq!(

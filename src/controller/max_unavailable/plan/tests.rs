@@ -1,3 +1,5 @@
+use jiff::SignedDuration;
+
 use super::*;
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSetOrdinals, StatefulSetSpec, StatefulSetStatus,

@@ -1,0 +1,10 @@
+//! The rollout model: pure (no API client, no metrics, no clock of its own), read by the
+//! controller, which plans from it and acts through its executor, and by `status`, which shows
+//! what the controller will do. Nothing here imports [`crate::controller`].
+//!
+//! - [`health`]: a pod's availability as the StatefulSet controller judges it;
+//! - [`restart`]: which replica's pod to restart for a resize that waits for one (offline
+//!   expansion), within the set's one budget shared with the rolling update of its pod template.
+
+pub(crate) mod health;
+pub(crate) mod restart;
