@@ -85,8 +85,10 @@ const VAC_DROPPED: &str = "volume_attributes_class_the_cluster_drops_is_told_and
 /// captured version): it runs everywhere, on the first cluster.
 const OFFLINE_EXPANSION: &str = "offline_expansion_restarts_pods_through_the_eviction_api";
 
+const OPT_OUT: &str = "offline_expansion_opt_out_during_a_refused_eviction_evicts_nothing";
+
 /// Scenarios that must run on every captured apiserver, alone and with a second cluster.
-const EVERYWHERE: [&str; 1] = [OFFLINE_EXPANSION];
+const EVERYWHERE: [&str; 2] = [OFFLINE_EXPANSION, OPT_OUT];
 
 /// The scenarios skipped with `KUBECONFIG` alone on each captured apiserver, and why; every
 /// other scenario runs there.

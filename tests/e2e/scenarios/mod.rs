@@ -24,6 +24,7 @@ pub fn all() -> Vec<Scenario> {
         denials::expansion_limits(),
         in_place::in_place_rollout(),
         offline_expansion::offline_expansion(),
+        offline_expansion::opt_out_during_refusal(),
         crash::crash_at_every_step(),
         crash::apply_during_recreate(),
         max_unavailable::gate_off_field(),

@@ -5,6 +5,10 @@
 //! completes by itself: each claim stops at `FileSystemResizePending`, the controller evicts its
 //! pod through `pods/eviction` after the grace period, one pod at a time, each pod once, and
 //! the budget is never exceeded.
+//!
+//! A recorded restart is a promise, not an order: where the set opts out while its eviction is
+//! refused by a PodDisruptionBudget, nothing is evicted afterwards, even once the budget would
+//! allow it; the record goes and the set is told why (issue 41).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,6 +24,14 @@ use serde_json::json;
 use crate::support::pods::PodTracker;
 use crate::support::wait::step;
 use crate::support::{Scenario, Scope, ServeOptions, USER, actors, eventually, install, objects};
+
+pub fn opt_out_during_refusal() -> Scenario {
+    Scenario {
+        name: "offline_expansion_opt_out_during_a_refused_eviction_evicts_nothing",
+        needs: &[],
+        body: |scope| opt_out_body(scope).boxed(),
+    }
+}
 
 pub fn offline_expansion() -> Scenario {
     Scenario {
@@ -246,6 +258,199 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
         "e2e: {s}: {} PodEvictedForResize Event(s), eviction answers {:?}",
         evicted.len(),
         after
+    );
+    Ok(())
+}
+
+async fn opt_out_body(scope: Scope) -> anyhow::Result<()> {
+    let s = scope.scenario;
+    let ns = scope.ns.clone();
+    let cluster = scope.cluster();
+    let client = scope.client();
+    let class = format!("{ns}-offline");
+    install::apply(
+        cluster,
+        vec![objects::storage_class(s, &class, true, json!({}))],
+    )?;
+    let node = actors::start(&scope, vec![ns.clone()]);
+    node.offline_expansion();
+    let serve = scope
+        .serve(ServeOptions::args(&["--resize-restart-grace=2s"]))
+        .await?;
+    // No pod may go.
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    budgets
+        .create(
+            &PostParams {
+                field_manager: Some(USER.into()),
+                ..PostParams::default()
+            },
+            &serde_json::from_value(json!({"metadata": {"name": "db"},
+                "spec": {"minAvailable": REPLICAS, "selector": {"matchLabels": {"app": "db"}}}}))?,
+        )
+        .await?;
+    let manifest = |size: &str, opted: &str| {
+        objects::manifest(&[objects::statefulset(
+            &ns,
+            "db",
+            REPLICAS as i32,
+            &class,
+            size,
+            json!({"metadata": {"annotations": {
+                "stateful-admission.io/volume-claim-update-policy": "InPlace",
+                "stateful-admission.io/restart-pods-for-resize": opted}}}),
+        )])
+    };
+    let apply = |size: &str, opted: &str| {
+        cluster.kubectl(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&manifest(size, opted)),
+        )
+    };
+    apply("1Gi", "true")?;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        "3 ready replicas with bound 1Gi claims, the budget allowing no disruption",
+        Duration::from_secs(120),
+        || async {
+            let set = sets.get("db").await?;
+            let ready = set
+                .status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0);
+            anyhow::ensure!(ready == REPLICAS as i32, "{ready} of {REPLICAS} ready");
+            for n in 0..REPLICAS {
+                let claim = claims.get(&format!("data-db-{n}")).await?;
+                anyhow::ensure!(
+                    objects::claim_capacity(&claim).as_deref() == Some("1Gi"),
+                    "data-db-{n} not bound yet"
+                );
+            }
+            let status = budgets.get("db").await?.status.unwrap_or_default();
+            anyhow::ensure!(
+                status.current_healthy == Some(REPLICAS as i32)
+                    && status.disruptions_allowed == Some(0),
+                "budget status {status:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let tracker = PodTracker::watch(&scope, &ns, "db", REPLICAS);
+    eventually("the pod watch listed", Duration::from_secs(10), || async {
+        anyhow::ensure!(tracker.listed(), "not yet");
+        Ok(())
+    })
+    .await?;
+
+    step(
+        s,
+        "1Gi -> 2Gi: the first claim waits for a restart, its pod's eviction is refused",
+    );
+    apply("2Gi", "true")?;
+    let record = |claim: PersistentVolumeClaim| {
+        claim
+            .metadata
+            .annotations
+            .and_then(|a| a.get("stateful-admission.io/resize-restart").cloned())
+    };
+    eventually(
+        "data-db-2's restart recorded and its eviction refused",
+        Duration::from_secs(120),
+        || async {
+            let recorded = record(claims.get("data-db-2").await?);
+            let refused = objects::events(&client, &ns, "PodEvictionRefused").await?;
+            anyhow::ensure!(
+                recorded.is_some() && !refused.is_empty(),
+                "record {recorded:?}, refusals {}",
+                refused.len()
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let before = evictions(&cluster.apiserver_metrics().await?);
+
+    step(
+        s,
+        "the set opts out during the refusal: the record goes, the set is told why",
+    );
+    apply("2Gi", "false")?;
+    eventually(
+        "the record gone, and the set told why",
+        Duration::from_secs(60),
+        || async {
+            let recorded = record(claims.get("data-db-2").await?);
+            let cancelled = objects::events(&client, &ns, "PodRestartCancelled").await?;
+            anyhow::ensure!(
+                recorded.is_none()
+                    && cancelled
+                        .iter()
+                        .any(|e| e.message.as_deref().is_some_and(
+                            |n| n.contains("data-db-2") && n.contains("no longer opts in")
+                        )),
+                "record {recorded:?}, Events {cancelled:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    step(
+        s,
+        "the budget lifted: nothing is evicted, the user is told to restart the pods",
+    );
+    budgets
+        .delete("db", &kube::api::DeleteParams::default())
+        .await?;
+    // Nothing of the controller's watches changes with a budget: a change to the claim makes
+    // it look again, the budget free and the refusal's backoff long over. Evidence that it
+    // looked: more reconciles; the user is told to restart the pods instead.
+    let reconciles = serve
+        .metric("stateful_admission_controller_reconciles_total")
+        .await?;
+    claims
+        .patch(
+            "data-db-2",
+            &kube::api::PatchParams {
+                field_manager: Some(USER.into()),
+                ..kube::api::PatchParams::default()
+            },
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {"e2e-touched": "yes"}}})),
+        )
+        .await?;
+    eventually(
+        "the controller looked again and told the user",
+        Duration::from_secs(60),
+        || async {
+            let now = serve
+                .metric("stateful_admission_controller_reconciles_total")
+                .await?;
+            let told = objects::events(&client, &ns, "PodRestartNeededForResize").await?;
+            anyhow::ensure!(
+                now >= reconciles + 1.0 && !told.is_empty(),
+                "reconciles {reconciles} -> {now}, told {}",
+                told.len()
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let after = evictions(&cluster.apiserver_metrics().await?);
+    let granted =
+        after.get("201").copied().unwrap_or(0.0) - before.get("201").copied().unwrap_or(0.0);
+    anyhow::ensure!(
+        granted == 0.0,
+        "evictions granted after the opt-out: {granted} (before {before:?}, after {after:?})"
+    );
+    for (pod, seen) in tracker.uids() {
+        anyhow::ensure!(seen.len() == 1, "{pod} was restarted: {seen:?}");
+    }
+    anyhow::ensure!(
+        node.restarts().is_empty(),
+        "new pods while claims waited: {:?}",
+        node.restarts()
     );
     Ok(())
 }
