@@ -22,6 +22,7 @@ pub fn class_dropped() -> Scenario {
     Scenario {
         name: "volume_attributes_class_the_cluster_drops_is_told_and_never_stalls",
         needs: &[Need::VacDropped],
+        requires: None,
         body: |scope| body(scope).boxed(),
     }
 }

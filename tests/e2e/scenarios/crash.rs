@@ -24,6 +24,7 @@ pub fn crash_at_every_step() -> Scenario {
     Scenario {
         name: "convergence_survives_kill_at_every_step",
         needs: &[],
+        requires: None,
         body: |scope| body(scope).boxed(),
     }
 }
@@ -224,6 +225,7 @@ pub fn apply_during_recreate() -> Scenario {
     Scenario {
         name: "server_side_apply_while_the_set_is_recreated",
         needs: &[],
+        requires: None,
         body: |scope| apply_during_recreate_body(scope).boxed(),
     }
 }

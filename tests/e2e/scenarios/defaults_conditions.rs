@@ -32,6 +32,7 @@ pub fn retroactive_default_class() -> Scenario {
     Scenario {
         name: "retroactive_default_class_namespace_then_cluster",
         needs: &[],
+        requires: None,
         body: |scope| default_class_body(scope).boxed(),
     }
 }
@@ -40,6 +41,7 @@ pub fn conditions() -> Scenario {
     Scenario {
         name: "conditions_follow_readiness_and_the_progress_deadline",
         needs: &[],
+        requires: None,
         body: |scope| conditions_body(scope).boxed(),
     }
 }

@@ -18,6 +18,7 @@ pub fn template_denials() -> Scenario {
     Scenario {
         name: "denials_name_the_field_path",
         needs: &[],
+        requires: None,
         body: |scope| template_denials_body(scope).boxed(),
     }
 }
@@ -26,6 +27,7 @@ pub fn namespace_default_class() -> Scenario {
     Scenario {
         name: "namespace_default_class_wins_for_classless_claims",
         needs: &[],
+        requires: None,
         body: |scope| namespace_default_class_body(scope).boxed(),
     }
 }
@@ -34,6 +36,7 @@ pub fn expansion_limits() -> Scenario {
     Scenario {
         name: "expansion_limits_beside_the_builtin_resize_denials",
         needs: &[],
+        requires: None,
         body: |scope| expansion_limits_body(scope).boxed(),
     }
 }

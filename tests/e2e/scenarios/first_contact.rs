@@ -17,6 +17,7 @@ pub fn healthy_sets() -> Scenario {
     Scenario {
         name: "first_contact_with_healthy_sets_writes_once_per_set",
         needs: &[],
+        requires: None,
         body: |scope| body(scope).boxed(),
     }
 }

@@ -19,6 +19,7 @@ pub fn in_place_rollout() -> Scenario {
     Scenario {
         name: "in_place_rollout_order_budget_partition_status",
         needs: &[],
+        requires: None,
         body: |scope| body(scope).boxed(),
     }
 }

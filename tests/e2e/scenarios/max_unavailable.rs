@@ -26,6 +26,7 @@ pub fn gate_off_field() -> Scenario {
     Scenario {
         name: "max_unavailable_gate_off_field",
         needs: &[Need::MuField, Need::MuDropped],
+        requires: None,
         body: |scope| rollout(scope, Some(Spelling::Field), Gate::Off).boxed(),
     }
 }
@@ -34,6 +35,7 @@ pub fn gate_off_annotation() -> Scenario {
     Scenario {
         name: "max_unavailable_gate_off_annotation",
         needs: &[Need::MuDropped],
+        requires: None,
         body: |scope| rollout(scope, Some(Spelling::Annotation), Gate::Off).boxed(),
     }
 }
@@ -46,6 +48,7 @@ pub fn gate_learned_late() -> Scenario {
     Scenario {
         name: "max_unavailable_gate_learned_after_failed_probes",
         needs: &[Need::MuDropped],
+        requires: None,
         body: |scope| rollout_with(scope, None, Gate::Off, Start::ProbeRefused).boxed(),
     }
 }
@@ -54,6 +57,7 @@ pub fn gate_on() -> Scenario {
     Scenario {
         name: "max_unavailable_gate_on_builtin_drives",
         needs: &[Need::MuKept],
+        requires: None,
         body: |scope| rollout(scope, Some(Spelling::Field), Gate::On).boxed(),
     }
 }
@@ -62,6 +66,7 @@ pub fn volume_attributes_class() -> Scenario {
     Scenario {
         name: "volume_attributes_class_edit_reaches_claims",
         needs: &[Need::Vac],
+        requires: None,
         body: |scope| vac_body(scope).boxed(),
     }
 }

@@ -9,6 +9,7 @@ mod in_place;
 mod max_unavailable;
 mod offline_expansion;
 mod operations;
+pub mod outage;
 mod replicas;
 mod status_wait;
 mod template_edits;
@@ -39,6 +40,7 @@ pub fn all() -> Vec<Scenario> {
         defaults_conditions::conditions(),
         operations::observe_mode(),
         operations::check_install(),
+        outage::claims_roll_on_after_an_outage(),
         first_contact::healthy_sets(),
     ]
 }

@@ -29,6 +29,7 @@ pub fn opt_out_during_refusal() -> Scenario {
     Scenario {
         name: "offline_expansion_opt_out_during_a_refused_eviction_evicts_nothing",
         needs: &[],
+        requires: None,
         body: |scope| opt_out_body(scope).boxed(),
     }
 }
@@ -37,6 +38,7 @@ pub fn offline_expansion() -> Scenario {
     Scenario {
         name: "offline_expansion_restarts_pods_through_the_eviction_api",
         needs: &[],
+        requires: None,
         body: |scope| body(scope).boxed(),
     }
 }

@@ -32,6 +32,7 @@ pub fn observe_mode() -> Scenario {
     Scenario {
         name: "observe_mode_reports_and_writes_nothing",
         needs: &[],
+        requires: None,
         body: |scope| observe_body(scope).boxed(),
     }
 }
@@ -40,6 +41,7 @@ pub fn check_install() -> Scenario {
     Scenario {
         name: "check_passes_then_names_a_broken_ca_bundle_and_a_stopped_leader",
         needs: &[],
+        requires: None,
         body: |scope| check_body(scope).boxed(),
     }
 }

@@ -24,6 +24,7 @@ pub fn leader_killed_mid_rollout() -> Scenario {
     Scenario {
         name: "two_replicas_leader_killed_mid_rollout",
         needs: &[],
+        requires: None,
         body: |scope| body(scope).boxed(),
     }
 }

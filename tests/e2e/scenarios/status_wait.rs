@@ -26,6 +26,7 @@ pub fn status_wait() -> Scenario {
     Scenario {
         name: "status_wait_returns_once_set_and_claims_carry_the_size",
         needs: &[],
+        requires: None,
         body: |scope| body(scope).boxed(),
     }
 }

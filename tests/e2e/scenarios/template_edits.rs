@@ -21,6 +21,7 @@ pub fn client_side() -> Scenario {
     Scenario {
         name: "template_edit_client_side_apply",
         needs: &[],
+        requires: None,
         body: |scope| run(scope, Apply::ClientSide).boxed(),
     }
 }
@@ -29,6 +30,7 @@ pub fn server_side() -> Scenario {
     Scenario {
         name: "template_edits_server_side_apply",
         needs: &[],
+        requires: None,
         body: |scope| run(scope, Apply::ServerSide).boxed(),
     }
 }

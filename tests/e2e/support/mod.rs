@@ -94,6 +94,9 @@ pub struct Scenario {
     /// What the cluster must do for the scenario to apply at all (empty: any cluster). How it
     /// adapts to the rest (spellings, apiVersions, messages) it reads from [`Scope::caps`].
     pub needs: &'static [Need],
+    /// What the environment must provide beyond a cluster, checked first: why it cannot run
+    /// here, if it cannot.
+    pub requires: Option<fn() -> Option<String>>,
     pub body: fn(Scope) -> BoxFuture<'static, anyhow::Result<()>>,
 }
 
@@ -217,6 +220,10 @@ async fn choose(needs: &[Need]) -> anyhow::Result<Result<(Which, Arc<Caps>), Str
 pub fn run_scenario(scenario: &Scenario) -> Result<Completion, libtest_mimic::Failed> {
     let started = Instant::now();
     let outcome = RUNTIME.block_on(async {
+        // What the environment must provide beyond a cluster (a way to stop its apiserver).
+        if let Some(why) = scenario.requires.and_then(|check| check()) {
+            return Ok(Completion::ignored_with(why));
+        }
         let (which, caps) = match choose(scenario.needs).await? {
             Ok(found) => found,
             Err(why) => return Ok(Completion::ignored_with(why)),
