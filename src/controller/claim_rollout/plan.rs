@@ -25,6 +25,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde_json::{Map, Value, json};
 
 pub(crate) use super::assessment::{Assessment, ClaimPatch};
+use super::state;
 use super::status::{self, TemplateStatus};
 use crate::admission::statefulset::ClaimUpdatePolicy;
 use crate::admission::statefulset::recreate::immutable_differences;
@@ -433,6 +434,18 @@ pub(crate) fn plan(
                 .collect()
         })
         .unwrap_or_default();
+    // What the rollout still waits for, classified as `status` shows each claim.
+    if rollout.policy == ClaimUpdatePolicy::InPlace {
+        for (replica, assessments) in &assessed {
+            let eligible = eligible(rollout, replica);
+            let slots = replica.slots.iter().zip(assessments);
+            for ((slot, a), status) in slots.zip(&mut out.status) {
+                if let (Some(claim), Some(a)) = (slot.claim, a) {
+                    status.count_awaited(state::classify(slot.template, claim, a, true, eligible));
+                }
+            }
+        }
+    }
 
     if rollout.policy == ClaimUpdatePolicy::OnDelete {
         return out;
