@@ -959,7 +959,7 @@ fn one_table_the_judge_argocd_and_flux_agree() {
 }
 
 #[test]
-fn the_check_needs_no_library_beyond_base_table_and_string() {
+fn without_the_string_library_the_check_names_the_argocd_cm_key_it_needs() {
     // What Argo CD runs a customization with by default (no useOpenLibs): no string library.
     let lua = Lua::new_with(StdLib::TABLE, LuaOptions::default()).expect("lua");
     let set = seen(&cases()[0]).expect("a set");

@@ -90,7 +90,7 @@ pub(crate) fn classify(
 
 /// An updating claim that waits for its pod to be re-created (offline expansion), or whose
 /// pod the controller evicted for it.
-pub(crate) fn restart(claim: &PersistentVolumeClaim) -> Option<ClaimState> {
+fn restart(claim: &PersistentVolumeClaim) -> Option<ClaimState> {
     if Record::of(claim).is_some() {
         return Some(ClaimState::Restarting);
     }
@@ -151,12 +151,12 @@ fn request(c: &PersistentVolumeClaim) -> Option<Quantity> {
         .and_then(|q| Quantity::parse(&q.0).ok())
 }
 
-pub(crate) fn bound(claim: &PersistentVolumeClaim) -> bool {
+fn bound(claim: &PersistentVolumeClaim) -> bool {
     claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
 }
 
 /// Whether the claim asks for less storage than its template (it must grow once bound).
-pub(crate) fn needs_patch(template: &PersistentVolumeClaim, claim: &PersistentVolumeClaim) -> bool {
+fn needs_patch(template: &PersistentVolumeClaim, claim: &PersistentVolumeClaim) -> bool {
     match (request(template), request(claim)) {
         (Some(want), Some(have)) => have < want,
         (Some(_), None) => true,
