@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod connect;
 pub mod controller;
 pub mod field_manager;
+pub mod gitops;
 pub mod health;
 pub mod names;
 pub mod quantity;

@@ -27,6 +27,19 @@ fn main() -> ExitCode {
         Command::Certs(CertsCommand::Generate(args)) => cli::certs::generate(args),
         Command::Check(args) => cli::check::run(args),
         Command::Status(args) => status(args),
+        Command::Gitops(args) => {
+            use std::io::Write;
+            let text = stateful_admission::gitops::render(args.snippet);
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                // A reader that went away (`| head`) is not an error of ours.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    eprintln!("error: cannot write the output: {e}");
+                    ExitCode::FAILURE
+                }
+                _ => ExitCode::SUCCESS,
+            }
+        }
     }
 }
 

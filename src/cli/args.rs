@@ -45,6 +45,18 @@ pub enum Command {
     /// maxUnavailable, conditions), follow them with --watch, or --wait for them: exit 0 when
     /// done, 1 when one failed, 2 on timeout or error. Read-only (get, list, watch).
     Status(crate::status::Args),
+    /// Print the health checks for GitOps tools: Argo CD's for StatefulSets (as an argocd-cm
+    /// patch, Argo CD Helm chart values, or the Lua script alone) or Flux's (Kustomization
+    /// healthCheckExprs). They say Progressing while a storage rollout is under way and
+    /// Degraded where it cannot finish, as `status --wait` does.
+    Gitops(GitopsArgs),
+}
+
+#[derive(Args)]
+pub struct GitopsArgs {
+    /// What to print.
+    #[arg(value_enum)]
+    pub snippet: crate::gitops::Snippet,
 }
 
 #[derive(Args)]

@@ -11,31 +11,28 @@ use crate::admission::statefulset::templates::desired_annotation;
 use crate::controller::convergence::journal as converge;
 use crate::names;
 
-pub(super) const NS: &str = "db";
+pub(crate) const NS: &str = "db";
 
 /// `T0 + seconds`.
-pub(super) fn at(seconds: i64) -> Timestamp {
+pub(crate) fn at(seconds: i64) -> Timestamp {
     let t0: Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
     t0 + SignedDuration::from_secs(seconds)
 }
 
-pub(super) fn time(seconds: i64) -> String {
+pub(crate) fn time(seconds: i64) -> String {
     at(seconds).strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// When the reports of the tests are made.
-pub(super) const NOW: i64 = 600;
+pub(crate) const NOW: i64 = 600;
 
 /// The `data` template of class `fast` asking for `storage`.
-pub(super) fn template(storage: &str) -> Value {
+pub(crate) fn template(storage: &str) -> Value {
     json!({"metadata": {"name": "data"},
            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
                     "resources": {"requests": {"storage": storage}}, "volumeMode": "Filesystem"}})
 }
 
-/// A settled set `name` of 3 replicas, with the controller's conditions, with live template `live`; `desired` recorded by the
-/// webhook at T0+100 (the applier `helm` owning the annotation, as the apiserver attributes a
-/// webhook's mutation); `policy` as annotation.
 /// Pod `ordinal` of set `name`, controlled by it, at its revision `<name>-1`, Running and Ready
 /// since `ready_at` (made 5 s before).
 pub(super) fn pod(name: &str, ordinal: u32, uid: &str, ready_at: i64) -> Value {
@@ -53,7 +50,10 @@ pub(super) fn pod(name: &str, ordinal: u32, uid: &str, ready_at: i64) -> Value {
     })
 }
 
-pub(super) fn set(name: &str, live: &str, desired: Option<&str>, policy: Option<&str>) -> Value {
+/// A settled set `name` of 3 replicas, with the controller's conditions, with live template `live`; `desired` recorded by the
+/// webhook at T0+100 (the applier `helm` owning the annotation, as the apiserver attributes a
+/// webhook's mutation); `policy` as annotation.
+pub(crate) fn set(name: &str, live: &str, desired: Option<&str>, policy: Option<&str>) -> Value {
     let mut annotations = serde_json::Map::new();
     if let Some(p) = policy {
         annotations.insert(names::VOLUME_CLAIM_UPDATE_POLICY.into(), json!(p));
@@ -96,7 +96,7 @@ pub(super) fn set(name: &str, live: &str, desired: Option<&str>, policy: Option<
 }
 
 /// A bound claim of set `set`, replica `ordinal`, asking for `request` with `capacity`.
-pub(super) fn claim(set: &str, ordinal: u32, request: &str, capacity: &str) -> Value {
+pub(crate) fn claim(set: &str, ordinal: u32, request: &str, capacity: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
            "metadata": {"name": format!("data-{set}-{ordinal}"), "namespace": NS,
                         "uid": format!("uid-data-{set}-{ordinal}"), "resourceVersion": "20"},
@@ -108,18 +108,18 @@ pub(super) fn claim(set: &str, ordinal: u32, request: &str, capacity: &str) -> V
 }
 
 /// The three claims of set `name`, each asking for `request` with `capacity`.
-pub(super) fn claims(name: &str, request: &str, capacity: &str) -> Vec<Value> {
+pub(crate) fn claims(name: &str, request: &str, capacity: &str) -> Vec<Value> {
     (0..3).map(|n| claim(name, n, request, capacity)).collect()
 }
 
-pub(super) fn class(name: &str, expand: bool) -> Value {
+pub(crate) fn class(name: &str, expand: bool) -> Value {
     json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
            "metadata": {"name": name}, "provisioner": "disk.example.com",
            "allowVolumeExpansion": expand})
 }
 
 /// The journal the controller writes for `set` (as returned by the apiserver), at `step`.
-pub(super) fn journal(set: &Value, step: &str) -> Value {
+pub(crate) fn journal(set: &Value, step: &str) -> Value {
     let object = converge::desired_object(set).expect("desired object");
     let mut cm = serde_json::to_value(
         converge::journal_configmap("stateful-admission", set, &object).expect("journal"),
@@ -132,7 +132,7 @@ pub(super) fn journal(set: &Value, step: &str) -> Value {
 }
 
 /// An Event of ours about `kind/name` (uid `uid`) at T0+`seconds`.
-pub(super) fn event(
+pub(crate) fn event(
     reason: &str,
     type_: &str,
     kind: &str,
@@ -151,7 +151,7 @@ pub(super) fn event(
 }
 
 /// `value` with `pointer` set to `x` (objects made on the way).
-pub(super) fn with(mut value: Value, pointer: &str, x: Value) -> Value {
+pub(crate) fn with(mut value: Value, pointer: &str, x: Value) -> Value {
     let mut node = &mut value;
     for part in pointer.trim_start_matches('/').split('/') {
         let part = part.replace("~1", "/").replace("~0", "~");
@@ -174,7 +174,7 @@ pub(super) fn with(mut value: Value, pointer: &str, x: Value) -> Value {
 }
 
 /// `value` without the member at `pointer`.
-pub(super) fn without(mut value: Value, pointer: &str) -> Value {
+pub(crate) fn without(mut value: Value, pointer: &str) -> Value {
     let (parent, last) = pointer.rsplit_once('/').expect("pointer");
     if let Some(Value::Object(map)) = value.pointer_mut(parent) {
         map.remove(&last.replace("~1", "/"));
@@ -182,11 +182,11 @@ pub(super) fn without(mut value: Value, pointer: &str) -> Value {
     value
 }
 
-pub(super) fn inputs(objects: &[Value]) -> Inputs {
+pub(crate) fn inputs(objects: &[Value]) -> Inputs {
     Inputs::from_json(objects).expect("fixtures")
 }
 
-pub(super) fn selection(name: Option<&str>) -> Selection {
+pub(crate) fn selection(name: Option<&str>) -> Selection {
     Selection {
         namespace: Some(NS.to_owned()),
         name: name.map(str::to_owned),
@@ -195,7 +195,7 @@ pub(super) fn selection(name: Option<&str>) -> Selection {
 }
 
 /// The judged report of `inputs` at T0+[`NOW`].
-pub(super) fn report_of(
+pub(crate) fn report_of(
     inputs: &Inputs,
     name: Option<&str>,
     absent: &[model::Absent],
@@ -209,6 +209,6 @@ pub(super) fn report_of(
     report
 }
 
-pub(super) fn report(objects: &[Value]) -> StatusReport {
+pub(crate) fn report(objects: &[Value]) -> StatusReport {
     report_of(&inputs(objects), None, &[])
 }

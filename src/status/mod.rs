@@ -7,7 +7,7 @@
 //! pure. This module only runs them: once, or on every change with `--watch` and `--wait`.
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub(crate) mod gather;
 pub(crate) mod judge;
 pub(crate) mod model;

@@ -27,6 +27,8 @@ use crate::admission::statefulset::ClaimUpdatePolicy;
 use crate::admission::statefulset::templates::{self, Classification};
 use crate::controller::claim_rollout as claims;
 use crate::controller::claim_rollout::plan::{self, Assessment, PodFacts, Replica};
+use crate::controller::claim_rollout::state as claim_state;
+pub(crate) use crate::controller::claim_rollout::state::ClaimState;
 use crate::controller::claim_rollout::status::TemplateStatus;
 use crate::controller::conditions::plan::{self as conditions, reason, rollout_key};
 use crate::controller::convergence::journal as converge;
@@ -415,36 +417,6 @@ pub(crate) struct Condition {
     pub last_transition_time: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub(crate) enum ClaimState {
-    /// Compatible with its template (KEP-4650), larger ones included.
-    Compatible,
-    /// Patched; the volume has not caught up yet (expansion or modification in progress).
-    Updating,
-    /// Its file system waits for its pod to be re-created (`FileSystemResizePending`: the
-    /// volume's driver grows it only offline).
-    WaitingForRestart,
-    /// Its pod was evicted by the controller for the resize; waiting for the new pod and the
-    /// capacity.
-    Restarting,
-    /// The controller will patch it (now, or when the maxUnavailable budget allows).
-    Pending,
-    /// Not patched on its own: policy `OnDelete`, a partition, or a pod to re-create first.
-    Held,
-    /// Cannot be patched yet (an unbound claim that needs to grow), or bound and not at the
-    /// template's size or class for another reason.
-    Waiting,
-    /// Not bound yet, and asks for what its template says: the provisioner's to finish, not
-    /// the rollout's (not awaited).
-    Provisioning,
-    /// Cannot follow its template in place.
-    Incompatible,
-    /// Its resize or modification failed.
-    Failed,
-    /// Not created yet.
-    Missing,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ClaimStatus {
@@ -520,14 +492,6 @@ const CLAIM_CONDITIONS: [&str; 6] = [
     "ControllerResizeError",
     "NodeResizeError",
     "ModifyingVolume",
-    "ModifyVolumeError",
-];
-
-/// Conditions that say a resize or modification failed (upstream
-/// `PersistentVolumeClaimControllerResizeError`, `…NodeResizeError`, `…VolumeModifyVolumeError`).
-const CLAIM_ERRORS: [&str; 3] = [
-    "ControllerResizeError",
-    "NodeResizeError",
     "ModifyVolumeError",
 ];
 
@@ -906,21 +870,24 @@ fn present(
                 .and_then(|class| inputs.classes.get("", class))
                 .map_or(!classes_known, |sc| sc.allow_volume_expansion == Some(true));
             let assessment = plan::assess(template, claim, expandable, rollout.cluster);
-            let failure = resize_failure(claim);
-            let (state, message) = match assessment {
-                Assessment::Compatible => (ClaimState::Compatible, None),
-                _ if failure.is_some() => (ClaimState::Failed, failure),
-                Assessment::Updating => {
+            let eligible = plan::eligible(&rollout, &replica);
+            // The state as the controller counts it; the why is said here.
+            let state = claim_state::classify(template, claim, &assessment, in_place, eligible);
+            let (state, message) = match (&assessment, state) {
+                (_, ClaimState::Compatible) => (state, None),
+                (_, ClaimState::Failed) => (state, claim_state::resize_failure(claim)),
+                (_, ClaimState::Restarting | ClaimState::WaitingForRestart) => {
                     restart_state(set, &claim_name, ordinal, &restart_plan, &pod_name)
-                        .unwrap_or((ClaimState::Updating, None))
+                        .unwrap_or((state, None))
                 }
-                Assessment::Waiting(_) if !bound(claim) && !needs_patch(template, claim) => (
-                    ClaimState::Provisioning,
+                (_, ClaimState::Provisioning) => (
+                    state,
                     Some("not bound yet; it asks for its template's size".to_owned()),
                 ),
-                Assessment::Waiting(why) => (ClaimState::Waiting, Some(why)),
-                Assessment::Incompatible(why) => (ClaimState::Incompatible, Some(why)),
-                Assessment::Patch(patch) => {
+                (Assessment::Waiting(why) | Assessment::Incompatible(why), _) => {
+                    (state, Some(why.clone()))
+                }
+                (Assessment::Patch(patch), _) => {
                     let changes = patch.changes.join(", ");
                     // Only the controller knew: it reads StorageClasses we could not.
                     let reported = (!classes_known)
@@ -935,7 +902,7 @@ fn present(
                                 "{changes}: policy OnDelete patches no existing claim; a claim deleted with its pod is created again from the template"
                             )),
                         )
-                    } else if !plan::eligible(&rollout, &replica) {
+                    } else if !eligible {
                         (
                             ClaimState::Held,
                             Some(held_reason(&rollout, &replica, &pod_name, &changes)),
@@ -944,6 +911,7 @@ fn present(
                         (ClaimState::Pending, Some(changes))
                     }
                 }
+                _ => (state, None),
             };
             counts.total += 1;
             match state {
@@ -1150,22 +1118,6 @@ fn strategy_name(set: &StatefulSet) -> String {
     .to_owned()
 }
 
-fn bound(claim: &PersistentVolumeClaim) -> bool {
-    claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
-}
-
-/// Whether the claim asks for less storage than its template (it must grow once bound).
-fn needs_patch(template: &PersistentVolumeClaim, claim: &PersistentVolumeClaim) -> bool {
-    match (
-        parse_quantity(request_of(template)),
-        parse_quantity(request_of(claim)),
-    ) {
-        (Some(want), Some(have)) => have < want,
-        (Some(_), None) => true,
-        (None, _) => false,
-    }
-}
-
 fn pod_facts(pod: &Pod) -> PodFacts {
     PodFacts {
         revision: pod
@@ -1194,46 +1146,6 @@ fn held_reason(rollout: &plan::Rollout, replica: &Replica<'_>, pod: &str, change
             "{changes}: updateStrategy OnDelete: patched once pod {pod} is deleted and created again"
         )
     }
-}
-
-/// Why a claim's resize or modification failed, if it did: an error condition, or a status
-/// the resizer marks infeasible (KEP-1790 `allocatedResourceStatuses`, KEP-3751
-/// `modifyVolumeStatus`).
-fn resize_failure(claim: &PersistentVolumeClaim) -> Option<String> {
-    let status = claim.status.as_ref()?;
-    if let Some(c) = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| CLAIM_ERRORS.contains(&c.type_.as_str()) && c.status == "True")
-    {
-        let message = c.message.as_deref().or(c.reason.as_deref()).unwrap_or("");
-        return Some(if message.is_empty() {
-            c.type_.clone()
-        } else {
-            format!("{}: {message}", c.type_)
-        });
-    }
-    if let Some((resource, value)) = status
-        .allocated_resource_statuses
-        .iter()
-        .flatten()
-        .find(|(_, v)| v.ends_with("Infeasible"))
-    {
-        return Some(format!("allocatedResourceStatuses[{resource}]: {value}"));
-    }
-    status
-        .modify_volume_status
-        .as_ref()
-        .filter(|m| m.status == "Infeasible")
-        .map(|m| {
-            format!(
-                "modifyVolumeStatus: Infeasible (to {})",
-                m.target_volume_attributes_class_name
-                    .as_deref()
-                    .unwrap_or("unset")
-            )
-        })
 }
 
 fn claim_status(

@@ -1215,6 +1215,11 @@ mod documented {
                 updating: 0,
                 over_sized: 0,
                 total_capacity: "1Gi".into(),
+                awaiting: 1,
+                failed: 1,
+                incompatible: 1,
+                waiting_for_restart: 1,
+                restarting: 1,
                 volume_attributes_class: Some(
                     crate::controller::claim_rollout::status::ClassStatus {
                         name: "x".into(),

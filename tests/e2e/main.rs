@@ -24,6 +24,8 @@
 
 #[path = "../agreement/mod.rs"]
 mod agreement;
+#[path = "../gitops/mod.rs"]
+mod gitops;
 mod scenarios;
 mod support;
 mod versions;

@@ -81,6 +81,7 @@ const GATE_LEARNED: &str = "max_unavailable_gate_learned_after_failed_probes";
 const GATE_ON: &str = "max_unavailable_gate_on_builtin_drives";
 const VAC: &str = "volume_attributes_class_edit_reaches_claims";
 const VAC_DROPPED: &str = "volume_attributes_class_the_cluster_drops_is_told_and_never_stalls";
+const GITOPS_VAC_DROPPED: &str = "gitops_health_degraded_on_a_class_the_cluster_drops";
 /// Needs nothing a version lacks (the Eviction API and policy/v1 budgets are older than every
 /// captured version): it runs everywhere, on the first cluster.
 const OFFLINE_EXPANSION: &str = "offline_expansion_restarts_pods_through_the_eviction_api";
@@ -101,6 +102,7 @@ fn skips_alone() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
                 (GATE_ON, NO_FIELD),
                 (VAC, NO_VAC),
                 (VAC_DROPPED, NO_CLAIM_VAC),
+                (GITOPS_VAC_DROPPED, NO_CLAIM_VAC),
             ],
         ),
         ("v1.32", vec![(GATE_ON, DROPPED), (VAC, NO_VAC)]),
@@ -111,11 +113,16 @@ fn skips_alone() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
                 (GATE_OFF_ANNOTATION, KEPT),
                 (GATE_LEARNED, KEPT),
                 (VAC_DROPPED, CLAIM_VAC_KEPT),
+                (GITOPS_VAC_DROPPED, CLAIM_VAC_KEPT),
             ],
         ),
         (
             "v1.35",
-            vec![(GATE_ON, DROPPED), (VAC_DROPPED, CLAIM_VAC_KEPT)],
+            vec![
+                (GATE_ON, DROPPED),
+                (VAC_DROPPED, CLAIM_VAC_KEPT),
+                (GITOPS_VAC_DROPPED, CLAIM_VAC_KEPT),
+            ],
         ),
         (
             "v1.35-maxunavailable-on",
@@ -124,11 +131,16 @@ fn skips_alone() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
                 (GATE_OFF_ANNOTATION, KEPT),
                 (GATE_LEARNED, KEPT),
                 (VAC_DROPPED, CLAIM_VAC_KEPT),
+                (GITOPS_VAC_DROPPED, CLAIM_VAC_KEPT),
             ],
         ),
         (
             "v1.36",
-            vec![(GATE_ON, DROPPED), (VAC_DROPPED, CLAIM_VAC_KEPT)],
+            vec![
+                (GATE_ON, DROPPED),
+                (VAC_DROPPED, CLAIM_VAC_KEPT),
+                (GITOPS_VAC_DROPPED, CLAIM_VAC_KEPT),
+            ],
         ),
     ]
 }
@@ -146,22 +158,30 @@ fn pairs() -> Vec<(
         (
             ("v1.35", "v1.35-maxunavailable-on"),
             vec![GATE_ON],
-            vec![(
-                VAC_DROPPED,
-                format!(
-                    "KUBECONFIG ({V1_35}): {CLAIM_VAC_KEPT}; E2E_GATES_KUBECONFIG ({V1_35}): {CLAIM_VAC_KEPT}"
-                ),
-            )],
+            [VAC_DROPPED, GITOPS_VAC_DROPPED]
+                .map(|name| {
+                    (
+                        name,
+                        format!(
+                            "KUBECONFIG ({V1_35}): {CLAIM_VAC_KEPT}; E2E_GATES_KUBECONFIG ({V1_35}): {CLAIM_VAC_KEPT}"
+                        ),
+                    )
+                })
+                .into(),
         ),
         (
             ("v1.36", "v1.35-maxunavailable-on"),
             vec![GATE_ON],
-            vec![(
-                VAC_DROPPED,
-                format!(
-                    "KUBECONFIG ({V1_36}): {CLAIM_VAC_KEPT}; E2E_GATES_KUBECONFIG ({V1_35}): {CLAIM_VAC_KEPT}"
-                ),
-            )],
+            [VAC_DROPPED, GITOPS_VAC_DROPPED]
+                .map(|name| {
+                    (
+                        name,
+                        format!(
+                            "KUBECONFIG ({V1_36}): {CLAIM_VAC_KEPT}; E2E_GATES_KUBECONFIG ({V1_35}): {CLAIM_VAC_KEPT}"
+                        ),
+                    )
+                })
+                .into(),
         ),
         (
             ("v1.32-gates-on", "v1.32"),
@@ -170,12 +190,13 @@ fn pairs() -> Vec<(
                 GATE_OFF_ANNOTATION,
                 GATE_LEARNED,
                 VAC_DROPPED,
+                GITOPS_VAC_DROPPED,
             ],
             vec![],
         ),
         (
             ("v1.24", "v1.32"),
-            vec![GATE_OFF_FIELD, VAC_DROPPED],
+            vec![GATE_OFF_FIELD, VAC_DROPPED, GITOPS_VAC_DROPPED],
             vec![
                 (
                     GATE_ON,
@@ -291,6 +312,7 @@ fn selection_table() -> Result<(), Failed> {
         GATE_ON,
         VAC,
         VAC_DROPPED,
+        GITOPS_VAC_DROPPED,
         OFFLINE_EXPANSION,
     ] {
         check(

@@ -448,8 +448,9 @@ async fn incompatible_claims_are_left_alone_with_a_warning_on_set_and_claim() {
     assert_eq!(
         status.as_deref(),
         Some(
-            r#"[{"name":"data","compatible":0,"updating":0,"overSized":0,"totalCapacity":"1Gi"}]"#
-        )
+            r#"[{"name":"data","compatible":0,"updating":0,"overSized":0,"totalCapacity":"1Gi","awaiting":1,"incompatible":1}]"#
+        ),
+        "the status says the claim cannot follow (what a GitOps health check reads)"
     );
     let metrics = controller.metrics();
     assert!(

@@ -59,7 +59,14 @@ fn every_flag_s_environment_name_follows_the_rule() {
     let names: Vec<&str> = commands.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
-        ["serve", "review", "certs generate", "check", "status"]
+        [
+            "serve",
+            "review",
+            "certs generate",
+            "check",
+            "status",
+            "gitops"
+        ]
     );
     let serve_flags: Vec<String> = flags(&commands[0].1)
         .into_iter()

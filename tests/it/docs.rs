@@ -289,6 +289,7 @@ fn readme_names_every_flag_of_each_command_with_its_default() {
         (&["check"][..], "### `check`"),
         (&["certs", "generate"][..], "### `certs generate`"),
         (&["status"][..], "### `status`"),
+        (&["gitops"][..], "### `gitops`"),
     ] {
         let command = path.iter().fold(cli.clone(), |c, name| {
             c.find_subcommand(name).expect("subcommand").clone()

@@ -26,6 +26,9 @@ mod fencing;
 #[path = "../../fuzz/harness.rs"]
 mod fuzz_harness;
 mod fuzz_replay;
+#[path = "../gitops/mod.rs"]
+mod gitops;
+mod gitops_health;
 mod gitops_loop;
 mod max_unavailable_driver;
 mod monitoring;

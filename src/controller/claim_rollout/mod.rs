@@ -18,6 +18,7 @@
 pub(crate) mod assessment;
 pub(crate) mod plan;
 pub(crate) mod restart;
+pub(crate) mod state;
 pub(crate) mod status;
 
 use std::collections::HashSet;
@@ -367,52 +368,10 @@ async fn rollout(
         )
         .await;
     }
-    let replicas: Vec<Replica<'_>> = snapshot
-        .ordinals
-        .iter()
-        .enumerate()
-        .map(|(index, &ordinal)| {
-            let pod = snapshot.pod(ordinal).map(|p| PodFacts {
-                revision: p
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("controller-revision-hash"))
-                    .cloned(),
-                created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                terminating: p.metadata.deletion_timestamp.is_some(),
-            });
-            let slots = templates
-                .iter()
-                .map(|t| {
-                    let tname = t.metadata.name.as_deref().unwrap_or_default();
-                    let claim = snapshot
-                        .claims
-                        .iter()
-                        .find(|(tn, n, _)| tn == tname && *n == ordinal)
-                        .and_then(|(_, _, c)| c.as_deref());
-                    let expandable = claim
-                        .and_then(|c| c.spec.as_ref())
-                        .and_then(|s| s.storage_class_name.as_deref())
-                        .and_then(|class| ctx.view.storage_class(class))
-                        .is_some_and(|sc| sc.allow_volume_expansion == Some(true));
-                    Slot {
-                        template: t,
-                        claim,
-                        expandable,
-                    }
-                })
-                .collect();
-            Replica {
-                index,
-                ordinal,
-                pod,
-                slots,
-            }
-        })
-        .collect();
-    let plan = plan::plan(&settings, &replicas, |t, n| {
-        set_claims::claim_name(t, name, n)
+    let plan = plan_for(snapshot, &templates, &settings, |class| {
+        ctx.view
+            .storage_class(class)
+            .is_some_and(|sc| sc.allow_volume_expansion == Some(true))
     });
     // A class the cluster cannot apply: said once per set and class (not per uid: a
     // convergence re-creates the set), and the rest rolls out as usual.
@@ -504,6 +463,63 @@ async fn rollout(
         return Err(e);
     }
     restart_pods(metrics, snapshot, ctx, &settings).await
+}
+
+/// The claim rollout of `snapshot` against `templates` (pure): the plan a reconcile carries
+/// out, and the claim status it records. `expandable`: whether a StorageClass of that name
+/// exists and allows volume expansion.
+pub(crate) fn plan_for(
+    snapshot: &SetSnapshot,
+    templates: &[PersistentVolumeClaim],
+    settings: &Rollout,
+    expandable: impl Fn(&str) -> bool,
+) -> plan::Plan {
+    let replicas: Vec<Replica<'_>> = snapshot
+        .ordinals
+        .iter()
+        .enumerate()
+        .map(|(index, &ordinal)| {
+            let pod = snapshot.pod(ordinal).map(|p| PodFacts {
+                revision: p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("controller-revision-hash"))
+                    .cloned(),
+                created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                terminating: p.metadata.deletion_timestamp.is_some(),
+            });
+            let slots = templates
+                .iter()
+                .map(|t| {
+                    let tname = t.metadata.name.as_deref().unwrap_or_default();
+                    let claim = snapshot
+                        .claims
+                        .iter()
+                        .find(|(tn, n, _)| tn == tname && *n == ordinal)
+                        .and_then(|(_, _, c)| c.as_deref());
+                    let expandable = claim
+                        .and_then(|c| c.spec.as_ref())
+                        .and_then(|s| s.storage_class_name.as_deref())
+                        .is_some_and(&expandable);
+                    Slot {
+                        template: t,
+                        claim,
+                        expandable,
+                    }
+                })
+                .collect();
+            Replica {
+                index,
+                ordinal,
+                pod,
+                slots,
+            }
+        })
+        .collect();
+    plan::plan(settings, &replicas, |t, n| {
+        set_claims::claim_name(t, &snapshot.name, n)
+    })
 }
 
 /// Whether `set` restarts pods for resizes: its annotation, else the `serve` default.
@@ -861,7 +877,8 @@ mod tests {
                 updating: 1,
                 over_sized: 0,
                 total_capacity: "2Gi".into(),
-                volume_attributes_class: None,
+                awaiting: 1,
+                ..status::TemplateStatus::default()
             }],
             unavailable: 1,
             in_progress: true,

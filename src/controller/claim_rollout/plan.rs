@@ -25,6 +25,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde_json::{Map, Value, json};
 
 pub(crate) use super::assessment::{Assessment, ClaimPatch};
+use super::state;
 use super::status::{self, TemplateStatus};
 use crate::admission::statefulset::ClaimUpdatePolicy;
 use crate::admission::statefulset::recreate::immutable_differences;
@@ -433,6 +434,18 @@ pub(crate) fn plan(
                 .collect()
         })
         .unwrap_or_default();
+    // What the rollout still waits for, classified as `status` shows each claim.
+    if rollout.policy == ClaimUpdatePolicy::InPlace {
+        for (replica, assessments) in &assessed {
+            let eligible = eligible(rollout, replica);
+            let slots = replica.slots.iter().zip(assessments);
+            for ((slot, a), status) in slots.zip(&mut out.status) {
+                if let (Some(claim), Some(a)) = (slot.claim, a) {
+                    status.count_awaited(state::classify(slot.template, claim, a, true, eligible));
+                }
+            }
+        }
+    }
 
     if rollout.policy == ClaimUpdatePolicy::OnDelete {
         return out;
@@ -812,6 +825,8 @@ mod tests {
         claims: Vec<(&'static str, &'static str)>,
         want_steps: Vec<u32>,
         want_held: Vec<u32>,
+        /// Claims the rollout still waits for (`volume-claim-status`'s `awaiting`).
+        want_awaiting: u32,
     }
 
     fn rolling(max_unavailable: usize, partition: usize) -> Rollout {
@@ -840,6 +855,7 @@ mod tests {
                 claims: vec![small; 5],
                 want_steps: vec![4, 3],
                 want_held: vec![2, 1, 0],
+                want_awaiting: 5,
             },
             Case {
                 name: "one updating leaves one",
@@ -847,6 +863,7 @@ mod tests {
                 claims: vec![small, small, small, done, busy],
                 want_steps: vec![2],
                 want_held: vec![1, 0],
+                want_awaiting: 4,
             },
             Case {
                 name: "budget used up",
@@ -854,6 +871,7 @@ mod tests {
                 claims: vec![small, small, busy, busy, done],
                 want_steps: vec![],
                 want_held: vec![1, 0],
+                want_awaiting: 4,
             },
             Case {
                 name: "partition stops below",
@@ -861,6 +879,7 @@ mod tests {
                 claims: vec![small; 5],
                 want_steps: vec![4, 3],
                 want_held: vec![2, 1, 0],
+                want_awaiting: 2,
             },
             Case {
                 name: "all done",
@@ -868,6 +887,7 @@ mod tests {
                 claims: vec![done; 3],
                 want_steps: vec![],
                 want_held: vec![],
+                want_awaiting: 0,
             },
             Case {
                 name: "policy OnDelete never patches",
@@ -878,6 +898,7 @@ mod tests {
                 claims: vec![small; 3],
                 want_steps: vec![],
                 want_held: vec![],
+                want_awaiting: 0,
             },
         ];
         for case in cases {
@@ -901,12 +922,79 @@ mod tests {
             let steps: Vec<u32> = plan.steps.iter().map(|s| s.ordinal).collect();
             assert_eq!(steps, case.want_steps, "{}", case.name);
             assert_eq!(plan.held, case.want_held, "{}", case.name);
+            assert_eq!(plan.status[0].awaiting, case.want_awaiting, "{}", case.name);
             assert!(
                 plan.steps
                     .iter()
                     .all(|s| s.claim == format!("data-web-{}", s.ordinal))
             );
         }
+    }
+
+    /// The claim status counts what the rollout awaits as `status` classifies each claim:
+    /// failed resizes, claims waiting for or in a pod restart, incompatible ones.
+    #[test]
+    fn the_status_counts_what_the_rollout_awaits() {
+        let t = template("2Gi");
+        let condition = |type_: &'static str| {
+            move |c: &mut PersistentVolumeClaim| {
+                c.status.as_mut().expect("status").conditions = Some(vec![
+                    serde_json::from_value(json!({"type": type_, "status": "True"}))
+                        .expect("condition"),
+                ]);
+            }
+        };
+        let claims = [
+            claim("2Gi", "2Gi"),
+            with(claim("2Gi", "1Gi"), condition("ControllerResizeError")),
+            with(claim("2Gi", "1Gi"), condition("FileSystemResizePending")),
+            with(
+                with(claim("2Gi", "1Gi"), condition("FileSystemResizePending")),
+                |c| {
+                    c.metadata.annotations = Some(
+                        [(
+                            crate::names::RESIZE_RESTART.to_owned(),
+                            r#"{"pod":"web-3","podUID":"u3","at":"2026-01-01T00:00:00Z"}"#
+                                .to_owned(),
+                        )]
+                        .into(),
+                    );
+                },
+            ),
+            with(claim("1Gi", "1Gi"), |c| {
+                c.spec.as_mut().expect("spec").access_modes = Some(vec!["ReadWriteMany".into()]);
+            }),
+            claim("2Gi", "1Gi"),
+        ];
+        let replicas: Vec<Replica<'_>> = claims
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Replica {
+                index: i,
+                ordinal: i as u32,
+                pod: None,
+                slots: vec![Slot {
+                    template: &t,
+                    claim: Some(c),
+                    expandable: true,
+                }],
+            })
+            .collect();
+        let p = plan(&rolling(6, 0), &replicas, |t, n| format!("{t}-web-{n}"));
+        assert_eq!(
+            status::render(&p.status),
+            r#"[{"name":"data","compatible":1,"updating":4,"overSized":0,"totalCapacity":"7Gi","awaiting":5,"failed":1,"incompatible":1,"waitingForRestart":1,"restarting":1}]"#
+        );
+        // Policy OnDelete awaits no claim: the KEP's counts alone.
+        let on_delete = Rollout {
+            policy: ClaimUpdatePolicy::OnDelete,
+            ..rolling(6, 0)
+        };
+        let p = plan(&on_delete, &replicas, |t, n| format!("{t}-web-{n}"));
+        assert_eq!(
+            status::render(&p.status),
+            r#"[{"name":"data","compatible":1,"updating":4,"overSized":0,"totalCapacity":"7Gi"}]"#
+        );
     }
 
     #[test]

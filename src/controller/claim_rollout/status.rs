@@ -5,14 +5,23 @@
 //! `[{"name":"data","compatible":5,"updating":0,"overSized":1,"totalCapacity":"12Gi"}]` —
 //! a list keyed by `name`, as Kubernetes lists of structs are. Counts cover the claims that
 //! exist for ordinals below `replicas`.
+//!
+//! Beyond the KEP's four, what a rollout still waits for, so that a GitOps health check
+//! reading the set alone says what `status --wait` says (each absent when zero, so older
+//! readers and writers see the KEP's shape): `awaiting` counts the claims the rollout waits
+//! for that are not compatible yet (policy `InPlace`; not held back by the update strategy,
+//! not merely provisioning), and of those `failed` (resize or modification failed),
+//! `incompatible` (cannot follow the template in place), `waitingForRestart` (the file
+//! system waits for the pod to be re-created) and `restarting` (the pod was evicted for it).
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde::{Deserialize, Serialize};
 
 use super::assessment::Assessment;
+use super::state::ClaimState;
 use crate::quantity::Quantity;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct TemplateStatus {
     pub name: String,
@@ -24,6 +33,21 @@ pub(crate) struct TemplateStatus {
     pub over_sized: u32,
     /// Sum of `status.capacity.storage`.
     pub total_capacity: String,
+    /// Claims the rollout still waits for (see the module docs).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub awaiting: u32,
+    /// Of those, claims whose resize or modification failed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed: u32,
+    /// Of those, claims that cannot follow the template in place.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub incompatible: u32,
+    /// Of those, claims whose file system waits for their pod to be re-created.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiting_for_restart: u32,
+    /// Of those, claims whose pod was evicted for the resize and is not back with it yet.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarting: u32,
     /// The template's `volumeAttributesClassName` where the cluster cannot apply it to claims
     /// (absent otherwise: an applied class is judged per claim like the size).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,6 +68,28 @@ pub(crate) struct ClassStatus {
     #[serde(default)]
     pub changed: bool,
     pub reason: String,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl TemplateStatus {
+    /// Counts a claim of the template in `state` that the rollout awaits (policy `InPlace`).
+    pub(crate) fn count_awaited(&mut self, state: ClaimState) {
+        if !state.open() {
+            return;
+        }
+        self.awaiting += 1;
+        match state {
+            ClaimState::Failed => self.failed += 1,
+            ClaimState::Incompatible => self.incompatible += 1,
+            ClaimState::WaitingForRestart => self.waiting_for_restart += 1,
+            ClaimState::Restarting => self.restarting += 1,
+            _ => {}
+        }
+    }
 }
 
 fn quantity(
@@ -67,11 +113,7 @@ pub(crate) fn summarize(
     );
     let mut status = TemplateStatus {
         name: template.metadata.name.clone().unwrap_or_default(),
-        compatible: 0,
-        updating: 0,
-        over_sized: 0,
-        total_capacity: String::new(),
-        volume_attributes_class: None,
+        ..TemplateStatus::default()
     };
     let mut total = Quantity::ZERO;
     for (claim, assessment) in claims {
@@ -164,7 +206,7 @@ mod tests {
                 updating: 1,
                 over_sized: 2,
                 total_capacity: "7Gi".into(),
-                volume_attributes_class: None,
+                ..TemplateStatus::default()
             }
         );
         let text = render(std::slice::from_ref(&s));

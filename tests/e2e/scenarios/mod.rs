@@ -5,6 +5,7 @@ mod crash;
 mod defaults_conditions;
 mod denials;
 mod first_contact;
+mod gitops_health;
 mod in_place;
 mod max_unavailable;
 mod offline_expansion;
@@ -34,6 +35,8 @@ pub fn all() -> Vec<Scenario> {
         max_unavailable::gate_on(),
         max_unavailable::volume_attributes_class(),
         classes_dropped::class_dropped(),
+        gitops_health::in_place_size_change(),
+        gitops_health::class_dropped(),
         status_wait::status_wait(),
         replicas::leader_killed_mid_rollout(),
         defaults_conditions::retroactive_default_class(),
