@@ -34,6 +34,13 @@ pub struct Part {
     pub detail: String,
 }
 
+impl Part {
+    /// The part's line of `/readyz?verbose`: `[+]name detail`.
+    pub fn line(&self) -> String {
+        format!("{}{} {}", self.state.marker(), self.name, self.detail)
+    }
+}
+
 /// The board; cheap to share behind an `Arc`.
 #[derive(Debug, Default)]
 pub struct Health(Mutex<Vec<Part>>);
@@ -54,6 +61,14 @@ impl Health {
                 detail,
             }),
         }
+    }
+
+    /// Takes `name`'s line off the board (what it said no longer holds).
+    pub fn remove(&self, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|p| p.name != name);
     }
 
     /// Every part, in the order they first spoke.
@@ -79,5 +94,13 @@ mod tests {
             ("controller", State::Ok, "leading")
         );
         assert_eq!(State::Waiting.marker(), "[-]");
+        assert_eq!(parts[1].line(), "[!]gate unknown");
+
+        health.remove("gate");
+        health.remove("never said");
+        assert_eq!(
+            health.parts().iter().map(Part::line).collect::<Vec<_>>(),
+            ["[+]controller leading"]
+        );
     }
 }

@@ -163,6 +163,9 @@ impl Controller {
 
     /// Where the controller says what it is doing and waiting for (`/readyz?verbose`).
     pub fn with_health(mut self, health: Arc<Health>) -> Self {
+        if let Some(convergence) = &self.features.convergence {
+            convergence.set_health(health.clone());
+        }
         self.health = health;
         self
     }
@@ -405,6 +408,22 @@ async fn run_features(
             convergence.run_journals(ctx.clone(), stop.clone()).await;
         }
     };
+    // An absent set (deleted by its convergence, not created again yet) has no reconcile of its
+    // own: its claims keep rolling from its journal.
+    let absent = async {
+        if let Some(claim_rollout) = &set_features.claim_rollout
+            && synced(&[
+                Kind::Journal,
+                Kind::StatefulSet,
+                Kind::StorageClass,
+                Kind::Claim,
+                Kind::Pod,
+            ])
+            .await
+        {
+            claim_rollout.run_absent(ctx.clone(), stop.clone()).await;
+        }
+    };
     let classes = async {
         if let Some(default_class) = &default_class
             && synced(&[Kind::Claim, Kind::StorageClass, Kind::Namespace]).await
@@ -417,5 +436,5 @@ async fn run_features(
             max_unavailable.run_sweep(ctx.clone(), stop.clone()).await;
         }
     };
-    tokio::join!(sets, journals, classes, sweep);
+    tokio::join!(sets, journals, absent, classes, sweep);
 }

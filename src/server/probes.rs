@@ -92,14 +92,7 @@ async fn readyz(
     }
     lines.extend(view_lines(&state.view.sync_status()));
     lines.extend(stale_lines(&state.view.stale()));
-    for part in state.health.parts() {
-        lines.push(format!(
-            "{}{} {}",
-            part.state.marker(),
-            part.name,
-            part.detail
-        ));
-    }
+    lines.extend(state.health.parts().iter().map(crate::health::Part::line));
     let code = if ready {
         lines.push("readyz check passed".to_owned());
         StatusCode::OK
@@ -211,6 +204,53 @@ mod tests {
                 "[!]view stale: statefulsets, pods not refreshed for 27s, the apiserver unreachable or refusing the watch (failed to start watching object: connection refused); answering from what was last seen"
             ]
         );
+    }
+
+    /// A part's warning (a convergence waiting on the garbage collector) is said in the
+    /// verbose answer and leaves the webhook ready.
+    #[tokio::test]
+    async fn a_warning_line_is_informational_and_keeps_readiness() {
+        let readiness = Arc::new(Readiness::default());
+        readiness.set_tls_bound();
+        readiness.set_synced();
+        let health = Arc::new(Health::default());
+        health.set(
+            "convergence",
+            crate::health::State::Warning,
+            "waiting for the garbage collector to orphan the dependents of db/web (u1) for 21s",
+        );
+        let state = Arc::new(ProbeState {
+            readiness,
+            registry: Arc::new(Registry::default()),
+            view: ClusterView::empty(),
+            health: health.clone(),
+        });
+        let ask = |verbose: bool| {
+            let state = state.clone();
+            async move {
+                let query = ReadyzQuery {
+                    verbose: verbose.then(String::new),
+                };
+                let response = readyz(State(state), Query(query)).await.into_response();
+                let code = response.status();
+                let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+                    .await
+                    .expect("body");
+                (code, String::from_utf8_lossy(&body).into_owned())
+            }
+        };
+        assert_eq!(ask(false).await, (StatusCode::OK, "ok".to_owned()));
+        let (code, text) = ask(true).await;
+        assert_eq!(code, StatusCode::OK, "{text}");
+        assert!(
+            text.contains("\n[!]convergence waiting for the garbage collector to orphan the dependents of db/web (u1) for 21s\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("readyz check passed\n"), "{text}");
+
+        health.remove("convergence");
+        let (_, text) = ask(true).await;
+        assert!(!text.contains("convergence"), "{text}");
     }
 
     #[test]

@@ -334,6 +334,10 @@ pub(crate) struct Convergence {
     pub journal_step: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// How long the orphan delete has waited for the garbage collector to orphan the set's
+    /// dependents, once that is 5 s or longer ([`converge::ORPHAN_WAIT_SAID`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub garbage_collector_wait_seconds: Option<u64>,
 }
 
 /// The next convergence step, as the controller's state machine decides it.
@@ -672,7 +676,7 @@ fn missing(
             &journal_name(namespace, name),
         )
     });
-    let convergence = convergence(None, journal, inputs, selection, namespace, name);
+    let convergence = convergence(None, journal, inputs, selection, (namespace, name), None);
     // What the set will be again: the object its journal creates.
     let future: Option<StatefulSet> = journal
         .and_then(|j| converge::read(j).ok())
@@ -944,7 +948,14 @@ fn present(
         &selection.controller_namespace,
         &journal_name(&namespace, &name),
     );
-    let convergence = convergence(Some(set), journal, inputs, selection, &namespace, &name);
+    let convergence = convergence(
+        Some(set),
+        journal,
+        inputs,
+        selection,
+        (&namespace, &name),
+        Some(now),
+    );
     let claims_open = counts.updating
         + counts.pending
         + counts.waiting
@@ -1326,14 +1337,15 @@ pub(crate) fn trim_managed_fields(
     })
 }
 
-/// The convergence step the controller takes next, from the live set and its journal.
+/// The convergence step the controller takes next, from the live set and its journal, and
+/// (with `now`) how long its orphan delete has waited for the garbage collector.
 fn convergence(
     set: Option<&StatefulSet>,
     journal: Option<&ConfigMap>,
     inputs: &Inputs,
     selection: &Selection,
-    namespace: &str,
-    name: &str,
+    (namespace, name): (&str, &str),
+    now: Option<Timestamp>,
 ) -> Convergence {
     let journal_ref = journal.map(|_| {
         format!(
@@ -1364,6 +1376,7 @@ fn convergence(
             journal_step: None,
             message: (phase != ConvergencePhase::None)
                 .then(|| format!("journals cannot be read: {why}")),
+            garbage_collector_wait_seconds: None,
         };
     }
     if set.is_none() && journal.is_none() {
@@ -1372,17 +1385,30 @@ fn convergence(
             journal: None,
             journal_step: None,
             message: None,
+            garbage_collector_wait_seconds: None,
         };
     }
     let live = set.map(live_facts);
     let read = journal.map(converge::read);
+    // The controller's own measure of the wait, and its words.
+    let orphan_wait = match (&live, &read, now) {
+        (Some(live), Some(Ok(journal)), Some(now)) => converge::orphan_wait(live, journal, now)
+            .map(|waited| {
+                (
+                    waited.as_secs(),
+                    converge::orphan_wait_note(namespace, name, &live.uid, waited),
+                )
+            }),
+        _ => None,
+    };
     let (phase, message) = match converge::next(live.as_ref(), read.as_ref(), true) {
         converge::Step::Nothing => (ConvergencePhase::None, None),
         converge::Step::Start => (ConvergencePhase::Pending, None),
         converge::Step::MarkDeleting => (ConvergencePhase::Journaled, None),
-        converge::Step::Delete { .. } | converge::Step::WaitGone => {
-            (ConvergencePhase::Deleting, None)
-        }
+        converge::Step::Delete { .. } | converge::Step::WaitGone => (
+            ConvergencePhase::Deleting,
+            orphan_wait.as_ref().map(|(_, note)| note.clone()),
+        ),
         converge::Step::Recheck => (ConvergencePhase::Rechecking, None),
         converge::Step::Create => (ConvergencePhase::Recreating, None),
         converge::Step::Restore { .. } => (ConvergencePhase::RestoringOwnership, None),
@@ -1407,6 +1433,9 @@ fn convergence(
         ),
     };
     Convergence {
+        garbage_collector_wait_seconds: (phase == ConvergencePhase::Deleting)
+            .then(|| orphan_wait.map(|(seconds, _)| seconds))
+            .flatten(),
         phase,
         journal: journal_ref,
         journal_step,
@@ -1440,6 +1469,13 @@ fn live_facts(set: &StatefulSet) -> converge::LiveSet {
             .filter(|e| main_resource(e))
             .map(|e| e.manager.clone().unwrap_or_default())
             .collect(),
+        deleting_since: set.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+        orphaning: set
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == converge::ORPHAN_FINALIZER),
     }
 }
 

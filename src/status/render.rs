@@ -147,7 +147,7 @@ fn cells(set: &SetStatus, options: TableOptions, now: Timestamp) -> Vec<String> 
     } else {
         "-".to_owned()
     });
-    cells.push(set.convergence.phase.as_str().to_owned());
+    cells.push(convergence_cell(set));
     cells.push(
         set.max_unavailable
             .as_ref()
@@ -186,6 +186,16 @@ fn cells(set: &SetStatus, options: TableOptions, now: Timestamp) -> Vec<String> 
         });
     }
     cells
+}
+
+/// The phase, and how long an orphan delete has waited for the garbage collector where it
+/// has for long: `deleting (gc 21s)`.
+fn convergence_cell(set: &SetStatus) -> String {
+    let phase = set.convergence.phase.as_str();
+    match set.convergence.garbage_collector_wait_seconds {
+        Some(seconds) => format!("{phase} (gc {seconds}s)"),
+        None => phase.to_owned(),
+    }
 }
 
 /// `1/2 (batch 2)`: the unavailable replicas (those being updated, and any down otherwise) of
@@ -854,6 +864,64 @@ web    Progressing   InPlace    data: 1Gi -> 2Gi   1/3 (1 updating, 1 pending)  
         );
     }
 
+    /// An orphan delete of ours that has waited 21 s for the garbage collector, and one that
+    /// has waited 4 s: only the first is said, in the table, the detail and the report.
+    #[test]
+    fn a_convergence_waiting_on_the_garbage_collector_says_so_in_every_view() {
+        let recorded = set("web", "1Gi", Some("2Gi"), Some("InPlace"));
+        let deleted = |seconds: i64| {
+            with(
+                with(
+                    recorded.clone(),
+                    "/metadata/deletionTimestamp",
+                    json!(time(NOW - seconds)),
+                ),
+                "/metadata/finalizers",
+                json!(["orphan"]),
+            )
+        };
+        let mut objects = vec![deleted(21), class("fast", true)];
+        objects.extend(claims("web", "1Gi", "1Gi"));
+        objects.push(journal(&recorded, "deleting"));
+        let report = report_of(&inputs(&objects), Some("web"), &[]);
+        let web = &report.items[0];
+        let says = "waiting for the garbage collector to orphan the dependents of db/web (uid-web) for 21s: the StatefulSet keeps its orphan finalizer until kube-controller-manager's garbage collector has taken its ownerReferences off its pods and claims; it is re-created once it is gone, and its claims keep rolling out meanwhile";
+
+        let row = &table(&report, TableOptions::default(), at(NOW)).rows[0].cells;
+        assert_eq!(row[5], "deleting (gc 21s)");
+        let text = detail(web, at(NOW), false);
+        assert!(
+            text.contains(&format!(
+                "Convergence:    deleting, journal stateful-admission/sa-journal.db.web (step deleting): {says}\n"
+            )),
+            "{text}"
+        );
+        let json: Value = serde_json::from_str(&super::json(&report)).expect("json");
+        let convergence = &json["items"][0]["convergence"];
+        assert_eq!(convergence["phase"], "Deleting");
+        assert_eq!(convergence["garbageCollectorWaitSeconds"], 21);
+        assert_eq!(convergence["message"], says);
+        // Claims keep rolling meanwhile: the controller patches them from the recorded
+        // templates, so they are pending, not held.
+        assert_eq!(web.claims.pending, 3, "{:?}", web.claims);
+
+        objects[0] = deleted(4);
+        let report = report_of(&inputs(&objects), Some("web"), &[]);
+        let convergence = &report.items[0].convergence;
+        assert_eq!(
+            (
+                convergence.garbage_collector_wait_seconds,
+                &convergence.message
+            ),
+            (None, &None),
+            "a wait of seconds is not worth saying"
+        );
+        assert_eq!(
+            table(&report, TableOptions::default(), at(NOW)).rows[0].cells[5],
+            "deleting"
+        );
+    }
+
     #[test]
     fn wide_all_namespaces_and_progress_add_columns() {
         let report = report(&objects_with_foreign_event());
@@ -1233,6 +1301,7 @@ mod documented {
         set.convergence.journal = Some("x".into());
         set.convergence.journal_step = Some("x".into());
         set.convergence.message = Some("x".into());
+        set.convergence.garbage_collector_wait_seconds = Some(21);
         set.max_unavailable = Some(MaxUnavailable {
             value: "2".into(),
             source: "annotation".into(),

@@ -840,6 +840,76 @@ async fn an_orphan_delete_that_takes_time_is_waited_for() {
     controller.stop().await;
 }
 
+/// Between the orphan delete and the create the set is absent (here the create hangs, as
+/// behind a slow admission webhook): its claims keep rolling, planned from the object its
+/// journal creates, within the budget and in order, each patched once.
+#[tokio::test(flavor = "multi_thread")]
+async fn claims_keep_rolling_while_the_set_is_absent_between_its_delete_and_its_create() {
+    use crate::fencing::{patched, rollout};
+    use crate::support::controller::written_by;
+    let api = FakeApiServer::start().await;
+    rollout(&api);
+    let create = api.hold_next("POST", "/namespaces/db/statefulsets", usize::MAX);
+    let controller = RunningController::start(&api, fast("a", features(true)));
+    create
+        .arrived(1, Duration::from_secs(15))
+        .await
+        .expect("the convergence got to its create");
+    let absent = |api: &FakeApiServer| api.get::<StatefulSet>(NS, "web").is_none();
+    assert!(absent(&api), "deleted, not created again");
+    assert!(
+        patched(&api, 2),
+        "the first claim was patched before the delete"
+    );
+    assert!(!patched(&api, 1), "one at a time");
+
+    complete_expansion(&api, "data-web-2");
+    assert!(
+        eventually(Duration::from_secs(10), || patched(&api, 1)).await,
+        "the claims waited for the set to be created again"
+    );
+    assert!(absent(&api), "patched while the set is absent");
+    assert!(!patched(&api, 0), "within the budget of 1");
+    complete_expansion(&api, "data-web-1");
+    assert!(eventually(Duration::from_secs(10), || patched(&api, 0)).await);
+    assert!(absent(&api), "patched while the set is absent");
+    complete_expansion(&api, "data-web-0");
+
+    drop(create);
+    assert!(
+        eventually(Duration::from_secs(15), || converged(&api)).await,
+        "step {:?}",
+        journal_step(&api)
+    );
+    let records = api.write_records();
+    for n in 0..3 {
+        let name = format!("data-web-{n}");
+        let patches = records
+            .iter()
+            .filter(|r| {
+                written_by(r, "a")
+                    && r.succeeded()
+                    && r.resource
+                        .is_some_and(|t| t.plural == "persistentvolumeclaims")
+                    && r.name.as_deref() == Some(name.as_str())
+            })
+            .count();
+        assert_eq!(patches, 1, "{name} patched {patches} times");
+    }
+    // No claim status annotation was sent to the set that was not there.
+    let lost: Vec<String> = records
+        .iter()
+        .filter(|r| {
+            r.resource.is_some_and(|t| t.plural == "statefulsets")
+                && r.verb.as_str() == "patch"
+                && !r.succeeded()
+        })
+        .map(|r| format!("{:?} {}", r.name, r.code))
+        .collect();
+    assert!(lost.is_empty(), "{lost:?}");
+    controller.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hundred_sets_converge_and_then_nothing_is_written() {
     let api = FakeApiServer::start().await;

@@ -32,8 +32,8 @@ use crate::support::fake_apiserver::admission::{
     AdmissionHook, Attributes, CallError, FailurePolicy, Phase, Webhook,
 };
 use crate::support::fake_apiserver::{
-    ChangeKind, FakeApiConfig, FakeApiServer, PVC_SPEC_FORBIDDEN, Profile,
-    STATEFULSET_SPEC_FORBIDDEN, StoreView, resources,
+    ChangeKind, FakeApiConfig, FakeApiServer, GARBAGE_COLLECTOR_AGENT, PVC_SPEC_FORBIDDEN, Profile,
+    STATEFULSET_SPEC_FORBIDDEN, StoreView, WriteRecord, resources,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -694,6 +694,72 @@ async fn lagged_orphan_delete_shows_the_deletion_in_progress() {
             .owner_references
             .is_none()
     );
+}
+
+/// The garbage collector stand-in: it acts after its lag, not while the apiserver is down
+/// (the collector writes through it), and its patches are recorded as kube-controller-manager's
+/// (the dependent's ownerReferences first, then the owner's finalizer).
+#[tokio::test]
+async fn the_garbage_collector_stand_in_waits_out_an_outage_and_records_its_patches() {
+    let lag = Duration::from_millis(300);
+    let api = FakeApiServer::start_with(FakeApiConfig {
+        orphan_deletion_lag: lag,
+        ..FakeApiConfig::default()
+    })
+    .await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client());
+    let set = sets
+        .create(&PostParams::default(), &statefulset("web"))
+        .await
+        .expect("create");
+    api.put_object(owned_pod("web-0", &set.uid().expect("uid"), false));
+    let orphan = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        ..DeleteParams::default()
+    };
+    sets.delete("web", &orphan).await.expect("orphan delete");
+    let deleted = api.uptime();
+    // Down for longer than the lag.
+    api.begin_outage();
+    tokio::time::sleep(lag * 3).await;
+    let back = api.uptime();
+    api.end_outage();
+    api.wait_for(|s| s.get::<StatefulSet>("default", "web").is_none(), WAIT)
+        .await
+        .expect("deleted once the apiserver is back");
+
+    let collector: Vec<WriteRecord> = api
+        .write_records()
+        .into_iter()
+        .filter(|r| r.user_agent.as_deref() == Some(GARBAGE_COLLECTOR_AGENT))
+        .collect();
+    let written: Vec<(String, &str, Option<&str>, bool)> = collector
+        .iter()
+        .map(|r| {
+            (
+                r.target(),
+                r.verb.as_str(),
+                r.name.as_deref(),
+                r.succeeded(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        written,
+        [
+            ("pods".to_owned(), "patch", Some("web-0"), true),
+            ("statefulsets.apps".to_owned(), "patch", Some("web"), true),
+        ]
+    );
+    for record in &collector {
+        assert!(
+            record.at >= back && record.at >= deleted + lag,
+            "acted {:?} after the delete, the apiserver back after {:?}",
+            record.at - deleted,
+            back - deleted
+        );
+        assert_eq!(record.namespace.as_deref(), Some("default"));
+    }
 }
 
 #[tokio::test]

@@ -4,6 +4,10 @@
 //! its create), whether the outage outlasted its Lease or not; the webhook stays ready and
 //! says how stale its view is.
 //!
+//! A convergence the return starts does not hold the claims back, however long
+//! kube-controller-manager's garbage collector keeps the orphan-deleted set terminating (the
+//! fake's stand-in with a 20 s lag).
+//!
 //! Each test prints the time from the apiserver's return to the write it waited for.
 
 use std::time::Duration;
@@ -13,14 +17,19 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 use stateful_admission::controller::{ControllerConfig, LeaseTiming};
 
+use k8s_openapi::api::events::v1::Event;
+
 use crate::claim_rollout::{
-    NS, class, complete_expansion, converged, fast, features, install, set,
+    NS, class, complete_expansion, converged, fast, features, install, set, set_uid,
 };
+use crate::common::run_binary_with_env;
 use crate::fencing::{patched, rollout};
 use crate::serve_cluster::kubeconfig;
 use crate::serve_tls::Served;
-use crate::support::controller::{RunningController, config, eventually, written_by};
-use crate::support::fake_apiserver::{FakeApiServer, WriteRecord};
+use crate::support::controller::{
+    CONTROLLER_NAMESPACE, RunningController, config, eventually, written_by,
+};
+use crate::support::fake_apiserver::{FakeApiServer, GARBAGE_COLLECTOR_AGENT, WriteRecord};
 
 /// The bound of the issue: the first write within this long of the apiserver's return.
 const RESUME: Duration = Duration::from_secs(5);
@@ -234,6 +243,232 @@ async fn a_convergence_cut_off_between_its_delete_and_its_create_re_creates_the_
         Some(uid.as_str()),
         "re-created"
     );
+    a.stop().await;
+}
+
+/// How long the fake's garbage collector takes to orphan a deleted set's dependents in
+/// [`claims_roll_on_while_a_slow_garbage_collector_holds_the_convergence_after_an_outage`]:
+/// about what kube-controller-manager's took on a real v1.32 cluster right after an apiserver
+/// restart (the set stayed terminating for 21 s while the collector re-synced).
+const SLOW_GARBAGE_COLLECTOR: Duration = Duration::from_secs(20);
+
+fn terminating(api: &FakeApiServer) -> bool {
+    api.get::<StatefulSet>(NS, "web")
+        .is_some_and(|s| s.metadata.deletion_timestamp.is_some())
+}
+
+/// The Events that say the convergence waits for the garbage collector.
+fn gc_waits(api: &FakeApiServer) -> Vec<Event> {
+    api.list::<Event>()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ConvergeWaitingForGarbageCollector"))
+        .collect()
+}
+
+/// A write to set `web` itself (a create names no object).
+fn is_set(r: &WriteRecord) -> bool {
+    r.resource.is_some_and(|t| t.plural == "statefulsets") && r.name.as_deref() == Some("web")
+}
+
+/// `status -n db web -o json` through the binary, against the fake.
+async fn status_json(api: &FakeApiServer) -> serde_json::Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, kubeconfig(api)).expect("kubeconfig");
+    let path = path.to_str().expect("utf-8").to_owned();
+    let run = tokio::task::spawn_blocking(move || {
+        run_binary_with_env(
+            &[
+                "status",
+                "-n",
+                NS,
+                "web",
+                "-o",
+                "json",
+                "--controller-namespace",
+                CONTROLLER_NAMESPACE,
+            ],
+            &[("KUBECONFIG", path.as_str())],
+        )
+    })
+    .await
+    .expect("status ran");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.json()
+}
+
+/// The issue's case, as a real kube-apiserver and kube-controller-manager showed it: the
+/// apiserver stops right after the first claim of an `InPlace` rollout was patched; at its
+/// return the controller leads at once and starts the set's convergence (journal, mark, orphan
+/// delete), and the garbage collector, re-syncing itself, keeps the set terminating for 20 s.
+/// The claims do not wait for it: the next one is patched within seconds of the return, while
+/// the set is still terminating (the fake's write records show it before the collector's
+/// finalizer removal and our create), each claim once; the wait is said (an Event, the
+/// controller's `/readyz?verbose` line, `status`); and the rollout and the convergence finish.
+#[tokio::test(flavor = "multi_thread")]
+async fn claims_roll_on_while_a_slow_garbage_collector_holds_the_convergence_after_an_outage() {
+    let api = FakeApiServer::start().await;
+    api.configure(|c| c.orphan_deletion_lag = SLOW_GARBAGE_COLLECTOR);
+    rollout(&api);
+    let old_uid = set_uid(&api, "web").expect("the set");
+    // Claims come first in a reconcile, then the convergence: its journal reaches the
+    // apiserver as it goes down, right after the first claim patch. (Held until then, every
+    // one.)
+    let journal = api.hold_next(
+        "POST",
+        &format!("/namespaces/{CONTROLLER_NAMESPACE}/configmaps"),
+        usize::MAX,
+    );
+    let config = config("replica-a", features(true));
+    let outage = config.timing.renew_deadline * 4;
+    let a = RunningController::start(&api, config);
+    journal
+        .arrived(1, Duration::from_secs(15))
+        .await
+        .expect("the convergence got to its journal");
+    assert!(patched(&api, 2), "the first claim was patched before");
+    api.begin_outage();
+    drop(journal);
+    tokio::time::sleep(outage).await;
+    assert!(!a.is_leader(), "stepped down at its renew deadline");
+    // Taken first: a write right at the return counts from before it.
+    let back = api.uptime();
+    api.end_outage();
+
+    // The convergence starts at the return and its orphan delete waits for the collector;
+    // the controller's view shows the set terminating (its watches are back).
+    assert!(
+        eventually(RESUME, || terminating(&api)).await,
+        "the orphan delete was not sent"
+    );
+    assert!(
+        eventually(RESUME, || a
+            .view()
+            .stateful_set(NS, "web")
+            .is_some_and(|s| s.metadata.deletion_timestamp.is_some()))
+        .await,
+        "the controller's view does not show the set terminating"
+    );
+    // Only now does the first claim finish growing: what comes next comes while the set is
+    // terminating, and the controller knows it.
+    complete_expansion(&api, "data-web-2");
+    assert!(
+        eventually(RESUME, || patched(&api, 1)).await,
+        "the next claim waited for the garbage collector"
+    );
+    complete_expansion(&api, "data-web-1");
+    assert!(
+        eventually(RESUME, || patched(&api, 0)).await,
+        "the last claim waited for the garbage collector"
+    );
+    complete_expansion(&api, "data-web-0");
+
+    // A wait of 5 s is said, once: an Event, the controller's readyz line, and status.
+    assert!(
+        eventually(Duration::from_secs(15), || !gc_waits(&api).is_empty()).await,
+        "the wait was not said"
+    );
+    let says = format!(
+        "waiting for the garbage collector to orphan the dependents of {NS}/web ({old_uid}) for "
+    );
+    let event = gc_waits(&api).remove(0);
+    let note = event.note.clone().unwrap_or_default();
+    assert!(note.starts_with(&says), "{note}");
+    assert_eq!(
+        event.regarding.as_ref().and_then(|r| r.uid.as_deref()),
+        Some(old_uid.as_str())
+    );
+    let readyz = a.readyz_lines();
+    assert!(
+        readyz
+            .iter()
+            .any(|l| l.starts_with(&format!("[!]convergence {says}"))),
+        "{readyz:?}"
+    );
+    let report = status_json(&api).await;
+    let convergence = &report["items"][0]["convergence"];
+    assert_eq!(convergence["phase"], "Deleting", "{report:#}");
+    assert!(
+        convergence["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(&says)),
+        "{convergence:#}"
+    );
+    assert!(
+        convergence["garbageCollectorWaitSeconds"]
+            .as_u64()
+            .is_some_and(|s| s >= 5),
+        "{convergence:#}"
+    );
+    assert!(
+        terminating(&api),
+        "all of it said while the garbage collector still holds the set"
+    );
+
+    // The collector finishes; the set is created again and the rollout is done.
+    assert!(
+        eventually(SLOW_GARBAGE_COLLECTOR + Duration::from_secs(15), || {
+            converged(&api)
+        })
+        .await,
+        "not converged"
+    );
+    assert!((0..3).all(|n| patched(&api, n)));
+    assert!(
+        eventually(Duration::from_secs(5), || !a
+            .readyz_lines()
+            .iter()
+            .any(|l| l.starts_with("[!]convergence")))
+        .await,
+        "the readyz line outlived the wait: {:?}",
+        a.readyz_lines()
+    );
+    assert_eq!(gc_waits(&api).len(), 1, "one Event per wait");
+
+    // The order, from the fake's write records.
+    let deleted = first_after(&api, "replica-a", back, |r| {
+        is_set(r) && r.verb.as_str() == "delete"
+    })
+    .expect("our orphan delete");
+    let records = api.write_records();
+    let finalizer_removed = records
+        .iter()
+        .find(|r| r.user_agent.as_deref() == Some(GARBAGE_COLLECTOR_AGENT) && is_set(r))
+        .expect("the collector's finalizer removal")
+        .clone();
+    let created = first_after(&api, "replica-a", back, |r| {
+        r.resource.is_some_and(|t| t.plural == "statefulsets") && r.verb.as_str() == "create"
+    })
+    .expect("our create");
+    let next = first_after(&api, "replica-a", back, claim_patch(1)).expect("claim 1 patched");
+    let last = first_after(&api, "replica-a", back, claim_patch(0)).expect("claim 0 patched");
+    eprintln!(
+        "outage of {outage:?}, garbage collector {SLOW_GARBAGE_COLLECTOR:?}: after the apiserver's return, orphan delete {:?}, next claim patched {:?}, last claim patched {:?}, set absent {:?}, created {:?}",
+        deleted.at - back,
+        next.at - back,
+        last.at - back,
+        finalizer_removed.at - back,
+        created.at - back
+    );
+    assert!(next.at - back <= RESUME, "{:?}", next.at - back);
+    for claim in [&next, &last] {
+        assert!(
+            deleted.at < claim.at && claim.at < finalizer_removed.at && claim.at < created.at,
+            "patched while the set was terminating: delete {:?}, patch {:?}, finalizer removed {:?}, created {:?}",
+            deleted.at - back,
+            claim.at - back,
+            finalizer_removed.at - back,
+            created.at - back
+        );
+    }
+    for n in 0..3 {
+        let patches = api
+            .write_records()
+            .iter()
+            .filter(|r| written_by(r, "replica-a") && r.succeeded() && claim_patch(n)(r))
+            .count();
+        assert_eq!(patches, 1, "claim {n} patched {patches} times");
+    }
     a.stop().await;
 }
 

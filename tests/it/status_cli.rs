@@ -324,6 +324,58 @@ async fn the_views_read_the_cluster_and_write_nothing() {
     }));
 }
 
+/// A convergence whose orphan delete has waited 40 s for the garbage collector: the table,
+/// the detail view and the report say so (the set terminating with the `orphan` finalizer,
+/// its journal at step `deleting`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_convergence_waiting_on_the_garbage_collector_is_said_in_every_view() {
+    let recorded = set("1Gi", Some("2Gi"));
+    let deleted = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(40);
+    let mut terminating = recorded.clone();
+    terminating["metadata"]["uid"] = json!("uid-web");
+    terminating["metadata"]["deletionTimestamp"] =
+        json!(deleted.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    terminating["metadata"]["finalizers"] = json!(["orphan"]);
+    // As the journal recorded it (the store gives the set its own).
+    terminating["metadata"]["resourceVersion"] = json!("10");
+    let api = cluster(terminating.clone(), "1Gi", "1Gi").await;
+    api.put_object(journal(&terminating, "deleting"));
+    let config = kubeconfig(&api);
+    let says =
+        "waiting for the garbage collector to orphan the dependents of db/web (uid-web) for ";
+
+    let table = status(&config, &[]).await;
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    let row = table.stdout.lines().nth(1).unwrap_or_default();
+    assert!(row.contains("deleting (gc 4"), "{}", table.stdout);
+
+    let detail = status(&config, &["web"]).await;
+    assert_eq!(detail.code, 0, "{}", detail.stderr);
+    assert!(
+        detail.stdout.contains(&format!(
+            "Convergence:    deleting, journal {CONTROLLER_NS}/{JOURNAL} (step deleting): {says}"
+        )),
+        "{}",
+        detail.stdout
+    );
+
+    let json = status(&config, &["-o", "json"]).await;
+    let convergence = &json.json()["items"][0]["convergence"];
+    assert!(
+        convergence["garbageCollectorWaitSeconds"]
+            .as_u64()
+            .is_some_and(|s| (40..60).contains(&s)),
+        "{convergence:#}"
+    );
+    assert!(
+        convergence["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(says)),
+        "{convergence:#}"
+    );
+    only_reads(&api);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_follows_a_rollout_to_its_end() {
     let recorded = set("1Gi", Some("2Gi"));

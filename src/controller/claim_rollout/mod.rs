@@ -12,27 +12,34 @@
 //! - Within one reconcile: claim patches first, then the status annotation (only when it
 //!   changes and no journal is open, so the set's resourceVersion does not move under a
 //!   journal); convergence runs after.
+//! - A convergence of ours does not stop the rollout ([`basis`]): while the orphan-deleted set
+//!   waits for the garbage collector it plans from the terminating set, and while the set is
+//!   absent (deleted, not created again yet) from the object its journal creates, which
+//!   [`ClaimRollout::run_absent`] looks at since no set reconcile runs for an absent set.
 //! - Sets that never used the feature (no desired annotation, policy `OnDelete`, no status
 //!   annotation yet) get no status annotation: nothing is written to them.
 
 pub(crate) mod assessment;
+pub(crate) mod basis;
 pub(crate) mod plan;
 pub(crate) mod restart;
 pub(crate) mod state;
 pub(crate) mod status;
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
+use kube::Api;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::action::{self, Action, Kind, Report, Request, Target, Verb, Write};
 use super::context::{Ctx, Error};
@@ -41,6 +48,7 @@ use super::snapshot::SetSnapshot;
 use crate::admission::set_claims;
 use crate::admission::statefulset::max_unavailable;
 use crate::admission::statefulset::{ClaimUpdatePolicy, claim_update_policy};
+use crate::controller::convergence::journal;
 use crate::names;
 use plan::{PodFacts, Replica, Rollout, Slot};
 use serde_json::json;
@@ -141,7 +149,63 @@ impl ClaimRollout {
         snapshot: &SetSnapshot,
         ctx: &Ctx,
     ) -> Result<Option<Duration>, Error> {
-        rollout(self, snapshot, ctx).await
+        match basis::basis(Some(&snapshot.set), snapshot.journal.as_deref()) {
+            basis::Basis::Live { held } => rollout(self, snapshot, ctx, held).await,
+            basis::Basis::Journal(_) | basis::Basis::Nothing(_) => Ok(None),
+        }
+    }
+
+    /// One look at the claims of set `namespace/name` while it is absent, deleted by its
+    /// convergence and not created again yet: planned from the object its journal creates,
+    /// read from the API (the view keeps a journal's annotations only).
+    pub(crate) async fn sync_absent(
+        &self,
+        ctx: &Ctx,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Duration>, Error> {
+        let journals = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.config.namespace);
+        let journal = journals
+            .get_opt(&names::journal_name(namespace, name))
+            .await?;
+        // Created again meanwhile: its own reconcile takes over.
+        if ctx.view.has_stateful_set(namespace, name) {
+            return Ok(None);
+        }
+        let basis::Basis::Journal(set) = basis::basis(None, journal.as_ref()) else {
+            return Ok(None);
+        };
+        let Some(snapshot) = SetSnapshot::gather(Arc::new(*set), &ctx.view) else {
+            return Ok(None);
+        };
+        rollout(self, &snapshot, ctx, true).await
+    }
+
+    /// Rolls the claims of absent sets out (see [`Self::sync_absent`]): every
+    /// `converge_poll`, each journal of the view whose set the view does not hold. Runs until
+    /// `stop`.
+    pub(crate) async fn run_absent(&self, ctx: Arc<Ctx>, stop: CancellationToken) {
+        loop {
+            for open in ctx.view.journals() {
+                let Some((namespace, name)) = journal::owner(&open) else {
+                    continue;
+                };
+                if ctx.view.has_stateful_set(&namespace, &name) {
+                    continue;
+                }
+                if ctx.exec.is_closed() {
+                    return;
+                }
+                if let Err(error) = self.sync_absent(&ctx, &namespace, &name).await {
+                    tracing::warn!(%error, %namespace, %name, "claim rollout of an absent set failed");
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                () = ctx.exec.closed() => return,
+                _ = tokio::time::sleep(ctx.config.converge_poll) => {}
+            }
+        }
     }
 
     fn evictions(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Eviction>> {
@@ -326,10 +390,13 @@ async fn warn_once(ctx: &Ctx, key: String, set: &StatefulSet, reason: &str, note
         .await;
 }
 
+/// The rollout of `snapshot`'s claims; `held`: a convergence of ours holds the set (deleted,
+/// terminating or absent; see [`basis`]).
 async fn rollout(
     metrics: &ClaimRollout,
     snapshot: &SetSnapshot,
     ctx: &Ctx,
+    held: bool,
 ) -> Result<Option<Duration>, Error> {
     let set = snapshot.set.as_ref();
     let (ns, name) = (&snapshot.namespace, &snapshot.name);
@@ -348,7 +415,7 @@ async fn rollout(
             return Ok(None);
         }
     };
-    if templates.is_empty() || set.metadata.deletion_timestamp.is_some() {
+    if templates.is_empty() {
         return Ok(None);
     }
     // A claim we patched whose new version the cache has not shown yet: planning now would
@@ -417,7 +484,7 @@ async fn rollout(
                 || a.contains_key(names::VOLUME_CLAIM_STATUS)
         });
     metrics.set_in_progress(ns, name, in_use && plan.in_progress);
-    let write_status = in_use && snapshot.journal.is_none();
+    let write_status = in_use && !held && snapshot.journal.is_none();
     let actions = rollout_actions(snapshot, &plan, write_status);
     let ran = ctx.exec.run(&actions).await;
     let mut first_error = None;
@@ -461,6 +528,12 @@ async fn rollout(
     }
     if let Some(e) = first_error {
         return Err(e);
+    }
+    // No pod is restarted while the set is held: the StatefulSet controller re-creates no pod
+    // of a set being deleted (`updateStatefulSet` returns early on `DeletionTimestamp`), nor
+    // of an absent one. The restarts wait for the set to be back.
+    if held {
+        return Ok(None);
     }
     restart_pods(metrics, snapshot, ctx, &settings).await
 }

@@ -45,12 +45,17 @@
 //! else has written the new set, their ownership stands. A journal without managedFields
 //! (written before they were kept) finishes without a restore.
 //!
+//! While the set waits to be gone (`WaitGone`: the garbage collector has yet to orphan its
+//! dependents) the claim rollout goes on from the same desired templates, and a wait of
+//! [`ORPHAN_WAIT_SAID`] or longer is said ([`orphan_wait`]).
+//!
 //! The delete is sent right after the mark, and its answer tells a set someone else deleted
 //! meanwhile (404: the journal is dropped, nothing re-created) from ours. Only a crash
 //! between the mark and that answer, coinciding with a user's delete, re-creates a set the
 //! user deleted: the journal cannot tell the two apart then.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
@@ -108,6 +113,11 @@ pub struct LiveSet {
     pub templates: Vec<Value>,
     /// Managers of the managedFields entries of the main resource (not of subresources).
     pub managers: Vec<String>,
+    /// When it was marked for deletion (`metadata.deletionTimestamp`), where that parses.
+    pub deleting_since: Option<jiff::Timestamp>,
+    /// It carries the `orphan` finalizer: the garbage collector has yet to orphan its
+    /// dependents (pods, claims, ControllerRevisions) before the apiserver lets it go.
+    pub orphaning: bool,
 }
 
 /// Why a journal is dropped.
@@ -191,6 +201,39 @@ pub fn next(
             },
         },
     }
+}
+
+/// The finalizer the apiserver puts on an object deleted with `propagationPolicy: Orphan`;
+/// the garbage collector removes it once it has orphaned the object's dependents.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+
+/// How long an orphan delete of ours waits for the garbage collector before that is said
+/// (Event, `/readyz?verbose`, `status`). kube-controller-manager's garbage collector takes the
+/// `orphan` finalizer off within a second when it keeps up; after an apiserver restart it first
+/// re-syncs its graph of owners, and the set stays terminating for tens of seconds.
+pub const ORPHAN_WAIT_SAID: Duration = Duration::from_secs(5);
+
+/// How long the set we orphan-deleted has waited for the garbage collector at `now`, once that
+/// is [`ORPHAN_WAIT_SAID`] or longer: the journal's own set, marked deleting by us, still
+/// carrying the `orphan` finalizer (kube-controller-manager's garbage collector removes it
+/// after taking the set's ownerReferences off its dependents: `orphanDependents`, then
+/// `removeFinalizer`, in `pkg/controller/garbagecollector`). `None` for anything else, also
+/// for a deletion time ahead of `now` (clock skew).
+pub fn orphan_wait(set: &LiveSet, journal: &Journal, now: jiff::Timestamp) -> Option<Duration> {
+    if set.uid != journal.uid || journal.step != JournalStep::Deleting || !set.orphaning {
+        return None;
+    }
+    let waited = Duration::try_from(now.duration_since(set.deleting_since?)).ok()?;
+    (waited >= ORPHAN_WAIT_SAID).then_some(waited)
+}
+
+/// What a convergence that waits on the garbage collector says, in the project's words for
+/// every place that says it (the Event, `/readyz?verbose`, `status`).
+pub fn orphan_wait_note(namespace: &str, name: &str, uid: &str, waited: Duration) -> String {
+    format!(
+        "waiting for the garbage collector to orphan the dependents of {namespace}/{name} ({uid}) for {}s: the StatefulSet keeps its orphan finalizer until kube-controller-manager's garbage collector has taken its ownerReferences off its pods and claims; it is re-created once it is gone, and its claims keep rolling out meanwhile",
+        waited.as_secs()
+    )
 }
 
 /// Whether the set we created should get the journaled ownership back: the journal names a
@@ -371,7 +414,7 @@ pub fn desired_object(raw: &Value) -> Result<Value, String> {
             a.remove(names::DESIRED_VOLUME_CLAIM_TEMPLATES);
         }
         if let Some(Value::Array(f)) = meta.get_mut("finalizers") {
-            f.retain(|x| x != "orphan");
+            f.retain(|x| x != ORPHAN_FINALIZER);
             if f.is_empty() {
                 meta.remove("finalizers");
             }
@@ -585,6 +628,8 @@ mod tests {
                 json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}}}),
             ],
             managers: vec!["helm".into()],
+            deleting_since: None,
+            orphaning: false,
         }
     }
 
@@ -779,6 +824,98 @@ mod tests {
         for (name, set, journal, converge, want) in cases {
             assert_eq!(next(set.as_ref(), journal, converge), want, "{name}");
         }
+    }
+
+    #[test]
+    fn an_orphan_delete_of_ours_that_waits_on_the_garbage_collector_is_said_after_five_seconds() {
+        let object = desired_object(&raw_set()).expect("desired");
+        let journal = |uid: &str, step| Journal {
+            namespace: "db".into(),
+            name: "web".into(),
+            uid: uid.into(),
+            resource_version: "41".into(),
+            step,
+            object: object.clone(),
+            managed_fields: Vec::new(),
+        };
+        let at = |t: &str| t.parse::<jiff::Timestamp>().expect("time");
+        let deleted = at("2026-01-01T00:00:00Z");
+        let set = |orphaning: bool, since: Option<jiff::Timestamp>| LiveSet {
+            deleting_since: since,
+            orphaning,
+            ..live("u1", "42", since.is_some(), true, "1Gi")
+        };
+        let ours = journal("u1", JournalStep::Deleting);
+        let now = |seconds: i64| deleted + jiff::SignedDuration::from_secs(seconds);
+        let cases: Vec<(&str, LiveSet, Journal, jiff::Timestamp, Option<u64>)> = vec![
+            (
+                "just deleted",
+                set(true, Some(deleted)),
+                ours.clone(),
+                now(4),
+                None,
+            ),
+            (
+                "five seconds",
+                set(true, Some(deleted)),
+                ours.clone(),
+                now(5),
+                Some(5),
+            ),
+            (
+                "a slow collector",
+                set(true, Some(deleted)),
+                ours.clone(),
+                now(21),
+                Some(21),
+            ),
+            (
+                "finalizer gone (another finalizer holds it)",
+                set(false, Some(deleted)),
+                ours.clone(),
+                now(21),
+                None,
+            ),
+            (
+                "not being deleted",
+                set(true, None),
+                ours.clone(),
+                now(21),
+                None,
+            ),
+            (
+                "a clock behind the apiserver's",
+                set(true, Some(deleted)),
+                ours.clone(),
+                now(-3),
+                None,
+            ),
+            (
+                "not our delete: the journal is not marked",
+                set(true, Some(deleted)),
+                journal("u1", JournalStep::Journaled),
+                now(21),
+                None,
+            ),
+            (
+                "another set's journal",
+                set(true, Some(deleted)),
+                journal("u0", JournalStep::Deleting),
+                now(21),
+                None,
+            ),
+        ];
+        for (case, set, journal, now, want) in cases {
+            assert_eq!(
+                orphan_wait(&set, &journal, now).map(|d| d.as_secs()),
+                want,
+                "{case}"
+            );
+        }
+        assert_eq!(
+            orphan_wait_note("db", "web", "u1", Duration::from_secs(21)),
+            "waiting for the garbage collector to orphan the dependents of db/web (u1) for 21s: the StatefulSet keeps its orphan finalizer until kube-controller-manager's garbage collector has taken its ownerReferences off its pods and claims; it is re-created once it is gone, and its claims keep rolling out meanwhile"
+        );
     }
 
     #[test]

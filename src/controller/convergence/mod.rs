@@ -5,12 +5,15 @@
 //! - [`plan`]: pure, what exists now in, the next step's writes and Events out;
 //! - here, the shell: read the set and its journal fresh from the API (the view may lag behind
 //!   our own writes, and the journal holds the whole object), run the plan through the
-//!   executor, read again; and the loop that finishes journals whose set is gone.
+//!   executor, read again; say an orphan delete that waits long for the garbage collector
+//!   (one Event per wait, a `[!]convergence` line on `/readyz?verbose` while it lasts); and
+//!   the loop that finishes journals whose set is gone.
 
 pub mod journal;
 pub(crate) mod plan;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -29,21 +32,37 @@ use super::action::Action;
 use super::context::{Ctx, Error};
 use super::executor::{Ran, code};
 use super::snapshot::SetSnapshot;
+use crate::health::{self, Health};
 use crate::names;
 use plan::{Plan, Poll, Presence, State, Then};
+
+/// A lock that a panic elsewhere does not wedge.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StepLabels {
     pub step: &'static str,
 }
 
-/// The feature: its metrics, registered once per process.
+/// The feature: its metrics, registered once per process, and the orphan deletes of ours that
+/// wait long for the garbage collector (said on the health board).
 #[derive(Debug, Default)]
 pub struct Convergence {
     steps: Family<StepLabels, Counter>,
     journals_open: Gauge,
     oldest_journal: Gauge,
+    /// By set (namespace, name): what the wait says.
+    waits: Mutex<BTreeMap<(String, String), String>>,
+    /// Where the waits are said (`/readyz?verbose`).
+    health: Mutex<Option<Arc<Health>>>,
 }
+
+/// The line of the health board where waits on the garbage collector are said.
+const HEALTH: &str = "convergence";
 
 impl Convergence {
     pub fn register(registry: &mut Registry) -> Self {
@@ -66,9 +85,46 @@ impl Convergence {
         feature
     }
 
-    /// Leadership lost: the journal gauges are the leader's to report.
+    /// Says the garbage collector's waits on `health` (`/readyz?verbose`, line `convergence`,
+    /// while one lasts).
+    pub fn set_health(&self, health: Arc<Health>) {
+        *lock(&self.health) = Some(health);
+        self.say_waits();
+    }
+
+    /// Leadership lost: the journal gauges and the waits are the leader's to report.
     pub fn leadership_lost(&self) {
         self.journals(&[]);
+    }
+
+    /// Notes what the convergence of `namespace/name` waits for now: the garbage collector
+    /// (`Some(note)`), or not.
+    fn note_wait(&self, namespace: &str, name: &str, wait: Option<String>) {
+        let key = (namespace.to_owned(), name.to_owned());
+        let changed = {
+            let mut waits = lock(&self.waits);
+            match wait {
+                Some(note) => waits.insert(key, note.clone()).as_ref() != Some(&note),
+                None => waits.remove(&key).is_some(),
+            }
+        };
+        if changed {
+            self.say_waits();
+        }
+    }
+
+    /// Puts the waits on the health board: informational (`[!]`), readiness is the webhook's.
+    fn say_waits(&self) {
+        let Some(health) = lock(&self.health).clone() else {
+            return;
+        };
+        let waits = lock(&self.waits);
+        if waits.is_empty() {
+            health.remove(HEALTH);
+        } else {
+            let text = waits.values().cloned().collect::<Vec<_>>().join("; ");
+            health.set(HEALTH, health::State::Warning, text);
+        }
     }
 
     /// The convergence journals open now: a convergence takes seconds, so an old journal
@@ -82,6 +138,17 @@ impl Convergence {
         self.journals_open
             .set(i64::try_from(open.len()).unwrap_or(i64::MAX));
         self.oldest_journal.set(oldest.unwrap_or(0));
+        // A wait ends with its journal at the latest.
+        let owners: Vec<(String, String)> = open.iter().filter_map(|j| journal::owner(j)).collect();
+        let pruned = {
+            let mut waits = lock(&self.waits);
+            let before = waits.len();
+            waits.retain(|key, _| owners.contains(key));
+            waits.len() != before
+        };
+        if pruned {
+            self.say_waits();
+        }
     }
 
     /// One reconcile of `snapshot`: converge it when it has recorded templates to apply or a
@@ -136,6 +203,7 @@ impl Convergence {
                     _ => Presence::Active,
                 },
             };
+            self.orphan_wait(ctx, &state).await;
             let (actions, steps, then) = match plan::plan(&state) {
                 Plan::Wait(None) => return Ok(None),
                 Plan::Wait(Some(Poll)) => return Ok(Some(poll)),
@@ -187,6 +255,24 @@ impl Convergence {
             }
         }
         Ok(Some(poll))
+    }
+
+    /// Says an orphan delete of ours that waits long for the garbage collector: on the health
+    /// board while it lasts, and one Event on the set (per wait: its uid, per term).
+    async fn orphan_wait(&self, ctx: &Ctx, state: &State<'_>) {
+        let wait = plan::orphan_wait(state, jiff::Timestamp::now());
+        if let Some(wait) = &wait
+            && ctx.exec.report(&wait.report).await
+        {
+            tracing::info!(
+                namespace = state.namespace,
+                name = state.name,
+                uid = %wait.uid,
+                waited_seconds = wait.waited.as_secs(),
+                "convergence waits for the garbage collector to orphan the set's dependents"
+            );
+        }
+        self.note_wait(state.namespace, state.name, wait.map(|w| w.note));
     }
 
     /// A convergence step taken: counted, and logged at info with the set, its uid and the
@@ -253,6 +339,56 @@ mod tests {
             }))
             .expect("configmap"),
         )
+    }
+
+    fn journal_of(namespace: &str, name: &str) -> Arc<ConfigMap> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": names::journal_name(namespace, name), "annotations": {
+                    names::JOURNAL_SET_NAMESPACE: namespace, names::JOURNAL_SET_NAME: name}},
+            }))
+            .expect("configmap"),
+        )
+    }
+
+    fn lines(health: &Health) -> Vec<String> {
+        health
+            .parts()
+            .iter()
+            .map(crate::health::Part::line)
+            .collect()
+    }
+
+    #[test]
+    fn waits_on_the_garbage_collector_are_said_on_the_health_board_while_they_last() {
+        let feature = Convergence::register(&mut Registry::default());
+        let health = Arc::new(Health::default());
+        health.set("controller", health::State::Ok, "leading");
+        feature.set_health(health.clone());
+        assert_eq!(lines(&health), ["[+]controller leading"], "nothing waits");
+
+        feature.note_wait("db", "web", Some("waiting for … db/web (u1) for 6s".into()));
+        feature.note_wait("db", "api", Some("waiting for … db/api (u2) for 5s".into()));
+        assert_eq!(
+            lines(&health),
+            [
+                "[+]controller leading",
+                "[!]convergence waiting for … db/api (u2) for 5s; waiting for … db/web (u1) for 6s"
+            ]
+        );
+        // The wait of db/web over; db/api's journal dropped (its set re-created).
+        feature.note_wait("db", "web", None);
+        feature.journals(&[journal_of("db", "web")]);
+        assert_eq!(lines(&health), ["[+]controller leading"]);
+
+        feature.note_wait("db", "web", Some("waiting for … db/web (u1) for 9s".into()));
+        assert_eq!(lines(&health).len(), 2);
+        feature.leadership_lost();
+        assert_eq!(
+            lines(&health),
+            ["[+]controller leading"],
+            "a former leader does not say what only the leader knows"
+        );
     }
 
     fn scraped(registry: &Registry) -> Vec<String> {

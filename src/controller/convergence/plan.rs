@@ -115,7 +115,51 @@ pub(crate) fn live_facts(raw: &Value) -> LiveSet {
             .cloned()
             .unwrap_or_default(),
         managers: journal::main_managers(raw),
+        deleting_since: raw
+            .pointer("/metadata/deletionTimestamp")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse().ok()),
+        orphaning: raw
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().any(|f| f == journal::ORPHAN_FINALIZER)),
     }
+}
+
+/// An orphan delete of ours that has waited [`journal::ORPHAN_WAIT_SAID`] or longer for the
+/// garbage collector: what `/readyz?verbose` says, and the Event the set gets once per wait.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct OrphanWait {
+    /// The set being deleted.
+    pub uid: String,
+    pub waited: std::time::Duration,
+    /// `waiting for the garbage collector to orphan the dependents of ns/name (uid) for Ns: …`
+    pub note: String,
+    /// `ConvergeWaitingForGarbageCollector`, once per wait (the set's uid).
+    pub report: Report,
+}
+
+/// Whether the set of `state` is our orphan-deleted one waiting long for the garbage collector
+/// at `now` ([`journal::orphan_wait`]), and what to say about it.
+pub(crate) fn orphan_wait(state: &State<'_>, now: jiff::Timestamp) -> Option<OrphanWait> {
+    let live = live_facts(state.live?);
+    let journal = journal::read(state.journal?).ok()?;
+    let waited = journal::orphan_wait(&live, &journal, now)?;
+    let note = journal::orphan_wait_note(state.namespace, state.name, &live.uid, waited);
+    let about = set_reference(state.namespace, state.name, Some(&live.uid));
+    let report = Report::normal(
+        about,
+        "ConvergeWaitingForGarbageCollector",
+        "Converge",
+        note.clone(),
+    )
+    .once(format!("orphan-wait/{}", live.uid));
+    Some(OrphanWait {
+        uid: live.uid,
+        waited,
+        note,
+        report,
+    })
 }
 
 /// Plans the next step of set `state.namespace/state.name`.

@@ -147,6 +147,28 @@ fn verdicts_follow_what_the_controller_will_do() {
             "convergence: deleting",
         ),
         case(
+            "deleting, the garbage collector slow to orphan the dependents",
+            {
+                let mut o = objects(
+                    with(
+                        with(
+                            recorded.clone(),
+                            "/metadata/deletionTimestamp",
+                            json!(time(579)),
+                        ),
+                        "/metadata/finalizers",
+                        json!(["orphan"]),
+                    ),
+                    claims("web", "2Gi", "2Gi"),
+                );
+                o.push(journal(&recorded, "deleting"));
+                o
+            },
+            Outcome::Progressing,
+            "Converging",
+            "convergence: deleting (journal stateful-admission/sa-journal.db.web, step deleting): waiting for the garbage collector to orphan the dependents of db/web (uid-web) for 21s",
+        ),
+        case(
             "gone, the journal re-creates it",
             vec![journal(&recorded, "deleting")],
             Outcome::Progressing,

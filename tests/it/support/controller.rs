@@ -8,6 +8,7 @@ use prometheus_client::registry::Registry;
 use stateful_admission::capabilities::{self, CapabilityCell};
 use stateful_admission::cluster::{ClusterView, watch};
 use stateful_admission::controller::{Controller, ControllerConfig, Features, LeaseTiming};
+use stateful_admission::health::{Health, Part};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -98,6 +99,7 @@ pub struct RunningController {
     probing: JoinHandle<()>,
     registry: Arc<Registry>,
     view: ClusterView,
+    health: Arc<Health>,
 }
 
 impl RunningController {
@@ -125,7 +127,8 @@ impl RunningController {
         let cell = CapabilityCell::default();
         let prober = capabilities::run::Prober::new(prober, &mut registry, cell.clone());
         let probing = tokio::spawn(prober.run(client.clone(), Some(view.clone()), stop.clone()));
-        let controller = Controller::new(config, &mut registry, cell);
+        let health = Arc::new(Health::default());
+        let controller = Controller::new(config, &mut registry, cell).with_health(health.clone());
         let handle = tokio::spawn(controller.run(client, view.clone(), stop.clone()));
         Self {
             stop,
@@ -133,7 +136,14 @@ impl RunningController {
             probing,
             registry: Arc::new(registry),
             view,
+            health,
         }
+    }
+
+    /// What the controller says of itself on `/readyz?verbose`, line by line (`serve` adds
+    /// the webhook's lines around them).
+    pub fn readyz_lines(&self) -> Vec<String> {
+        self.health.parts().iter().map(Part::line).collect()
     }
 
     /// The controller's view of the cluster (what it plans from), to wait for it to have

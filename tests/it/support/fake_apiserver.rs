@@ -125,7 +125,7 @@ use tokio::sync::{broadcast, watch as signal};
 pub use request_log::RecordedRequest;
 pub use resources::ResourceType;
 pub use store::{ChangeKind, StoreChange, StoreView};
-pub use traffic::{WatchSelector, WriteRecord};
+pub use traffic::{GARBAGE_COLLECTOR_AGENT, WatchSelector, WriteRecord};
 pub use validation::{PVC_SPEC_FORBIDDEN, STATEFULSET_SPEC_FORBIDDEN};
 
 pub use admission::AdmissionHook;
@@ -163,10 +163,13 @@ pub struct FakeApiConfig {
     /// (unless the stored claim already uses it). StatefulSet claim templates keep it. With
     /// the gate off no version of `storage.k8s.io` serves VolumeAttributesClasses either.
     pub drop_claim_volume_attributes_class: bool,
-    /// How long an orphan delete keeps the object present, with `deletionTimestamp` and
-    /// the `orphan` finalizer, before the dependents are orphaned and the object goes;
-    /// zero (the default) finishes the delete within the request (the answer, as the
-    /// apiserver's, is the marked object; watches see it marked, then deleted).
+    /// How long kube-controller-manager's garbage collector takes to act on an orphan
+    /// delete: the object stays, with `deletionTimestamp` and the `orphan` finalizer, until
+    /// its stand-in has orphaned the dependents and removed the finalizer (the object then
+    /// goes), never during an outage; those patches are recorded as the collector's
+    /// ([`GARBAGE_COLLECTOR_AGENT`]). Zero (the default) finishes the delete within the
+    /// request, unrecorded (the answer, as the apiserver's, is the marked object; watches see
+    /// it marked, then deleted).
     pub orphan_deletion_lag: Duration,
     /// How often watches that allow bookmarks get one.
     pub bookmark_interval: Duration,

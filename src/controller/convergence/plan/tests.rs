@@ -408,3 +408,64 @@ fn a_journal_whose_object_is_not_a_set_is_invalid() {
         matches!(plan(&state(None, Some(&marked))), Plan::Invalid(why) if why.contains("not a StatefulSet"))
     );
 }
+
+#[test]
+fn an_orphan_delete_waiting_on_the_garbage_collector_is_said_once_per_wait() {
+    let live = live_set();
+    let journal = journal_of(&live, JournalStep::Deleting);
+    let mut deleting = live.clone();
+    deleting["metadata"]["resourceVersion"] = json!("42");
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:01:00Z");
+    deleting["metadata"]["finalizers"] = json!(["orphan"]);
+    let at = |t: &str| t.parse::<jiff::Timestamp>().expect("time");
+
+    // Still a plain wait: the step is the state machine's, the saying is beside it.
+    assert_eq!(
+        plan(&state(Some(&deleting), Some(&journal))),
+        Plan::Wait(Some(Poll))
+    );
+    let early = state(Some(&deleting), Some(&journal));
+    assert_eq!(orphan_wait(&early, at("2026-01-01T00:01:04Z")), None);
+
+    let wait = orphan_wait(&early, at("2026-01-01T00:01:21Z")).expect("a long wait");
+    assert_eq!(wait.uid, "u1");
+    assert_eq!(wait.waited.as_secs(), 21);
+    assert!(
+        wait.note.starts_with(
+            "waiting for the garbage collector to orphan the dependents of db/web (u1) for 21s: "
+        ),
+        "{}",
+        wait.note
+    );
+    let report = &wait.report;
+    assert_eq!(
+        (
+            report.reason.as_str(),
+            report.type_,
+            report.regarding.kind.as_deref(),
+            report.regarding.uid.as_deref(),
+            report.once.as_deref(),
+        ),
+        (
+            "ConvergeWaitingForGarbageCollector",
+            EventType::Normal,
+            Some("StatefulSet"),
+            Some("u1"),
+            Some("orphan-wait/u1"),
+        ),
+        "one Event per wait: the key is the deleted set's uid, not the time"
+    );
+    assert_eq!(report.note, wait.note);
+
+    // The finalizer gone (another finalizer holds the set), no journal, or the set gone: no
+    // wait on the garbage collector.
+    let mut other_finalizer = deleting.clone();
+    other_finalizer["metadata"]["finalizers"] = json!(["example.com/backup"]);
+    let late = at("2026-01-01T00:02:00Z");
+    assert_eq!(
+        orphan_wait(&state(Some(&other_finalizer), Some(&journal)), late),
+        None
+    );
+    assert_eq!(orphan_wait(&state(Some(&deleting), None), late), None);
+    assert_eq!(orphan_wait(&state(None, Some(&journal)), late), None);
+}

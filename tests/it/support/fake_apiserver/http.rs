@@ -444,13 +444,26 @@ async fn dispatch(
                     (Arc::clone(shared), namespace.to_owned(), name.to_owned());
                 tokio::spawn(async move {
                     tokio::time::sleep(lag).await;
-                    registry::finish_orphan_delete(
+                    // The garbage collector writes through the apiserver: not while it is down.
+                    while shared.outage.is_down() {
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    let at = shared.traffic.elapsed();
+                    let written = registry::finish_orphan_delete(
                         &mut shared.store(),
                         resource,
                         &namespace,
                         &name,
                         &uid,
                     );
+                    for write in written {
+                        shared.traffic.record_collector(
+                            at,
+                            write.resource,
+                            &write.namespace,
+                            &write.name,
+                        );
+                    }
                 });
             }
             let code = StatusCode::from_u16(outcome.code).unwrap_or(StatusCode::OK);

@@ -37,6 +37,11 @@ struct UpTime {
 }
 
 impl Outage {
+    /// Whether an outage is under way.
+    pub fn is_down(&self) -> bool {
+        lock(&self.0).down
+    }
+
     /// The token of the current up-time; `None` while down.
     fn up(&self) -> Option<CancellationToken> {
         let state = lock(&self.0);
@@ -66,7 +71,7 @@ impl FakeApiServer {
 
     /// Whether an outage is under way.
     pub fn is_down(&self) -> bool {
-        lock(&self.shared.outage.0).down
+        self.shared.outage.is_down()
     }
 }
 

@@ -739,6 +739,7 @@ pub fn delete(
         let lag = config.orphan_deletion_lag;
         if lag.is_zero() {
             let uid = meta_str(&object, "uid").unwrap_or("").to_owned();
+            // Within the request: one write, as before the collector stand-in had a lag.
             finish_orphan_delete(store, resource, namespace, name, &uid);
         }
         return Ok(DeleteOutcome {
@@ -841,23 +842,34 @@ fn release_claim(store: &mut Store, namespace: &str, name: &str) {
     }
 }
 
-/// Completes a lagged orphan delete, as the garbage collector would: strips the owner's
-/// references from its dependents, removes the `orphan` finalizer and, if no other
-/// finalizer remains, the object. Does nothing if the object was replaced meanwhile.
+/// One object the garbage collector stand-in wrote: a patch of `resource`
+/// `namespace/name` (a dependent's ownerReferences, or the owner's finalizers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectorWrite {
+    pub resource: &'static ResourceType,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Completes a lagged orphan delete, as kube-controller-manager's garbage collector does
+/// (`orphanDependents`, then `removeFinalizer`): strips the owner's references from its
+/// dependents, removes the `orphan` finalizer and, if no other finalizer remains, the
+/// object. Does nothing if the object was replaced meanwhile. Returns its writes in order,
+/// the owner's last.
 pub fn finish_orphan_delete(
     store: &mut Store,
     resource: &'static ResourceType,
     namespace: &str,
     name: &str,
     uid: &str,
-) {
+) -> Vec<CollectorWrite> {
     let Some(current) = store.get(resource, namespace, name).cloned() else {
-        return;
+        return Vec::new();
     };
     if meta_str(&current, "uid") != Some(uid) {
-        return;
+        return Vec::new();
     }
-    orphan_dependents(store, &current);
+    let mut written = orphan_dependents(store, &current);
     let remaining: Vec<String> = finalizers(&current)
         .into_iter()
         .filter(|f| f != ORPHAN_FINALIZER)
@@ -869,13 +881,21 @@ pub fn finish_orphan_delete(
         set_meta(&mut updated, "finalizers", json!(remaining));
         store.commit_upsert(resource, updated);
     }
+    written.push(CollectorWrite {
+        resource,
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    });
+    written
 }
 
 /// Removes ownerReferences to `owner` from every dependent (in its namespace, or anywhere
-/// for a cluster-scoped owner), as the garbage collector does for `propagationPolicy: Orphan`.
-fn orphan_dependents(store: &mut Store, owner: &Value) {
+/// for a cluster-scoped owner), as the garbage collector does for `propagationPolicy: Orphan`;
+/// returns the dependents patched.
+fn orphan_dependents(store: &mut Store, owner: &Value) -> Vec<CollectorWrite> {
+    let mut written = Vec::new();
     let Some(owner_uid) = meta_str(owner, "uid").map(str::to_owned) else {
-        return;
+        return written;
     };
     let (owner_ns, _) = namespace_and_name(owner);
     let refers_to_owner =
@@ -925,8 +945,15 @@ fn orphan_dependents(store: &mut Store, owner: &Value) {
                 schema: Schema::of(resource),
             },
         );
+        let (namespace, name) = namespace_and_name(&dependent);
         store.commit_upsert(resource, dependent);
+        written.push(CollectorWrite {
+            resource,
+            namespace,
+            name,
+        });
     }
+    written
 }
 
 /// The served type of a stored object.

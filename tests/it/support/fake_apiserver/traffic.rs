@@ -230,6 +230,38 @@ impl Traffic {
     }
 }
 
+/// The user agent of the garbage collector stand-in's writes, as kube-controller-manager's
+/// garbage collector sends it (`rest.AddUserAgent(config, "generic-garbage-collector")`).
+pub const GARBAGE_COLLECTOR_AGENT: &str =
+    "kube-controller-manager/v1.32.0 (linux/amd64) kubernetes/0000000/generic-garbage-collector";
+
+impl Traffic {
+    /// Records a patch the garbage collector stand-in made at `at` (no request carried it:
+    /// it writes to the store as the collector's patch through the apiserver would).
+    pub fn record_collector(
+        &self,
+        at: Duration,
+        resource: &'static ResourceType,
+        namespace: &str,
+        name: &str,
+    ) {
+        let mut writes = lock(&self.writes);
+        let record = WriteRecord {
+            at,
+            verb: Verb::Patch,
+            resource: Some(resource),
+            subresource: None,
+            namespace: (!namespace.is_empty()).then(|| writes.intern(namespace)),
+            name: Some(writes.intern(name)),
+            field_manager: None,
+            user_agent: Some(writes.intern(GARBAGE_COLLECTOR_AGENT)),
+            code: 200,
+            dry_run: false,
+        };
+        writes.records.push(record);
+    }
+}
+
 /// A write's resource, from its URL (the routes of `http::router`).
 #[derive(Default)]
 struct PathAddress<'a> {
