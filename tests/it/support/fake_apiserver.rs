@@ -620,6 +620,30 @@ impl FakeApiServer {
         self.shared.store().subscribe()
     }
 
+    /// Every stored object of a type and the resourceVersion they are all current at, read
+    /// under one lock: what changes after it is in [`Self::changes_since`].
+    pub fn snapshot(&self, resource: &ResourceType) -> (u64, Vec<Value>) {
+        let store = self.shared.store();
+        (
+            store.revision(),
+            store.list(resource, None).cloned().collect(),
+        )
+    }
+
+    /// Every change committed after `revision`, oldest first, each with the object as it
+    /// left it; `None` when the retained history ([`FakeApiConfig::watch_history_limit`],
+    /// [`Self::compact_history`]) no longer reaches back to `revision`.
+    pub fn changes_since(&self, revision: u64) -> Option<Vec<Arc<StoreChange>>> {
+        let store = self.shared.store();
+        (revision >= store.history_floor())
+            .then(|| store.history_since(revision).cloned().collect())
+    }
+
+    /// The global resourceVersion, notified at every commit.
+    pub fn revisions(&self) -> signal::Receiver<u64> {
+        self.shared.store().watch_revision()
+    }
+
     /// Waits until `predicate` holds for the store, re-checking after every change.
     pub async fn wait_for(
         &self,
