@@ -1113,6 +1113,14 @@ async fn observe_mode_reports_every_planned_write_and_makes_none() {
         would_patch, 1,
         "one claim at a time (highest ordinal first)"
     );
+    // Said again, the Event would carry a series (WouldWriteProgress is left out: its planned
+    // record carries the time it is planned at, a new change at every reconcile).
+    let repeated: Vec<Event> = api
+        .list::<Event>()
+        .into_iter()
+        .filter(|e| e.series.is_some() && e.reason.as_deref() != Some("WouldWriteProgress"))
+        .collect();
+    assert!(repeated.is_empty(), "said again: {repeated:?}");
     let metrics = controller.metrics();
     for action in [
         "PatchClaim",

@@ -351,7 +351,11 @@ async fn without_the_opt_in_no_pod_is_evicted_and_the_set_is_told_once() {
     assert!(record(&api, "data-web-2").is_none());
     assert!(resize_pending(&claim(&api, "data-web-2")));
     assert_eq!(request(&api, "data-web-1"), "1Gi");
-    assert_eq!(events(&api, "PodRestartNeededForResize").len(), 1);
+    let told = events(&api, "PodRestartNeededForResize");
+    assert!(
+        told.len() == 1 && told[0].series.is_none(),
+        "told once: {told:?}"
+    );
 
     // The user restarts it: the claim grows and the rollout goes on to the next one.
     api.remove::<Pod>(NS, "web-2");
@@ -555,6 +559,11 @@ async fn under_on_delete_pods_are_the_users_to_restart() {
         .unwrap_or_default();
     assert!(note.contains("OnDelete"), "{note}");
     past_the_grace(&api, &controller, "data-web-2", Duration::from_secs(1)).await;
+    let told = events(&api, "PodRestartNeededForResize");
+    assert!(
+        told.len() == 1 && told[0].series.is_none(),
+        "told once: {told:?}"
+    );
     assert!(api.eviction_records().is_empty());
     assert!(pod_deletes(&api).is_empty());
     assert!(record(&api, "data-web-2").is_none());
