@@ -581,10 +581,16 @@ mod tests {
     async fn a_conflict_on_a_lease_still_ours_is_retried_not_a_step_down() {
         // Someone else's write (an annotation, say) moves the resourceVersion under the
         // first renewal; the Lease still names us.
-        let (api, _) =
+        let (api, puts) =
             lease_api_written_by(Some("a"), |n| Some(if n == 1 { 409 } else { 200 }), None);
         // Renewed after the conflict, and still leading.
         held_for(api, Duration::from_secs(12)).await;
+        // The second write was answered 409 and a later one 200: the conflict was served.
+        assert!(
+            puts.load(Ordering::SeqCst) >= 3,
+            "writes: {} (the 409 is the second)",
+            puts.load(Ordering::SeqCst)
+        );
     }
 
     #[tokio::test(start_paused = true)]

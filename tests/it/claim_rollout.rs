@@ -3,7 +3,6 @@
 //! status) and crashes injected between convergence steps.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -14,6 +13,7 @@ use stateful_admission::admission::statefulset::templates::desired_annotation;
 use stateful_admission::controller::{ControllerConfig, Features};
 use stateful_admission::names;
 
+use crate::support::barrier::{Objects, Peak};
 use crate::support::controller::{
     CONTROLLER_NAMESPACE, RunningController, config, eventually, no_features,
 };
@@ -142,6 +142,19 @@ pub(crate) fn storage(c: &PersistentVolumeClaim) -> (String, String) {
     (spec, cap)
 }
 
+/// Whether a claim asks for another size than it has.
+fn claim_updating(claim: &Value) -> bool {
+    claim["spec"]["resources"]["requests"]["storage"] != claim["status"]["capacity"]["storage"]
+}
+
+/// How many claims of `set` are updating among `claims`.
+fn updating_in(claims: &Objects, set: &str) -> usize {
+    claims
+        .iter()
+        .filter(|(name, c)| name.starts_with(&format!("data-{set}-")) && claim_updating(c))
+        .count()
+}
+
 pub(crate) fn updating(api: &FakeApiServer, set: &str) -> Vec<String> {
     api.list::<PersistentVolumeClaim>()
         .into_iter()
@@ -218,17 +231,13 @@ async fn a_size_increase_rolls_out_highest_ordinal_first_within_a_budget_of_two(
         5,
         "fast",
     );
-    // Watch every change: never more than two claims expanding at once.
-    let peak = Arc::new(Mutex::new(0usize));
-    let mut changes = api.subscribe();
-    let (watcher_api, watcher_peak) = (api.clone(), peak.clone());
-    let watcher = tokio::spawn(async move {
-        while changes.recv().await.is_ok() {
-            let n = updating(&watcher_api, "web").len();
-            let mut p = watcher_peak.lock().expect("peak");
-            *p = (*p).max(n);
-        }
-    });
+    // Every state the claims went through: never more than two expanding at once.
+    let peak = Peak::track(
+        &api,
+        ResourceType::of::<PersistentVolumeClaim>(),
+        NS,
+        |claims| updating_in(claims, "web"),
+    );
 
     let controller = RunningController::start(&api, fast("a", features(true)));
     let mut completed = Vec::new();
@@ -242,8 +251,8 @@ async fn a_size_increase_rolls_out_highest_ordinal_first_within_a_budget_of_two(
             "round {round}: expected {want} updating, got {:?}",
             updating(&api, "web")
         );
-        // Give an over-eager controller the chance to exceed the budget.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // An over-eager controller would exceed the budget in a reconcile that sees this.
+        controller.settle().await;
         let mut now = updating(&api, "web");
         assert_eq!(now.len(), want, "round {round}: {now:?}");
         now.sort();
@@ -273,7 +282,7 @@ async fn a_size_increase_rolls_out_highest_ordinal_first_within_a_budget_of_two(
         api.get::<StatefulSet>(NS, "web").and_then(|s| s.metadata.annotations)
     );
     assert_eq!(
-        *peak.lock().expect("peak"),
+        peak.get(),
         2,
         "at most two claims updating, and the budget was used"
     );
@@ -346,7 +355,6 @@ async fn a_size_increase_rolls_out_highest_ordinal_first_within_a_budget_of_two(
         "{metrics}"
     );
     assert!(metrics.contains("claim_patch_errors_total 0"), "{metrics}");
-    watcher.abort();
     controller.stop().await;
     eprintln!(
         "rollout of 5 claims with budget 2 took {:?}; writes: {}",
@@ -437,9 +445,15 @@ async fn incompatible_claims_are_left_alone_with_a_warning_on_set_and_claim() {
         "incompatible claims are never patched"
     );
     // Reported once, not on every resync; and each claim patched exactly once, even while the
-    // cache lags behind our own writes.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(events(&api, "VolumeClaimIncompatible").len(), 4);
+    // cache lags behind our own writes: two rounds of both sets' reconciles (resync 1 s) since.
+    let mark = controller.mark();
+    controller.reconciled_after_n(mark, 4).await;
+    let incompatible = events(&api, "VolumeClaimIncompatible");
+    assert_eq!(incompatible.len(), 4);
+    assert!(
+        incompatible.iter().all(|e| e.series.is_none()),
+        "not repeated: {incompatible:?}"
+    );
     assert_eq!(claim_patches(&api.writes()).len(), 2, "one patch per claim");
     let status = api
         .get::<StatefulSet>(NS, "cold")
@@ -555,8 +569,25 @@ async fn a_crash_after_each_convergence_step_resumes_from_the_journal_and_loses_
             journal_step(&api),
             set_uid(&api, "web")
         );
-        // Let the failing step be retried at least once, then crash.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The failing step retried at least once (its first attempt and another answered 500),
+        // then the crash.
+        let attempts = |api: &FakeApiServer| {
+            api.requests()
+                .iter()
+                .filter(|r| {
+                    r.method == crash.method
+                        && r.path.ends_with(crash.path)
+                        && r.code == 500
+                        && !r.is_dry_run()
+                })
+                .count()
+        };
+        assert!(
+            eventually(Duration::from_secs(30), || attempts(&api) >= 2).await,
+            "{}: the failing step was not retried ({} attempts)",
+            crash.name,
+            attempts(&api)
+        );
         first.kill();
         api.clear_faults();
         assert!(
@@ -733,7 +764,23 @@ async fn a_set_deleted_by_its_user_before_our_delete_is_not_recreated() {
             .is_none())
         .await
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Published once the journal is dropped, the convergence's last step: a re-create would
+    // have come before it.
+    assert!(
+        eventually(Duration::from_secs(10), || events(
+            &api,
+            "ConvergeAbandoned"
+        )
+        .len()
+            == 1)
+        .await
+    );
+    assert!(
+        !api.writes().iter().any(|w| w.method == "POST"
+            && w.path.ends_with("/namespaces/db/statefulsets")
+            && !w.is_dry_run()),
+        "never re-created"
+    );
     assert!(
         api.get::<StatefulSet>(NS, "web").is_none(),
         "the user's delete stands: {:?}",
@@ -750,13 +797,6 @@ async fn a_set_deleted_by_its_user_before_our_delete_is_not_recreated() {
                     .cloned()
             ))
             .collect::<Vec<_>>()
-    );
-    // Published after the journal is removed.
-    assert!(
-        eventually(Duration::from_secs(5), || events(&api, "ConvergeAbandoned")
-            .len()
-            == 1)
-        .await
     );
     assert_eq!(api.list::<Pod>().len(), 1, "pods are left alone");
     controller.stop().await;
@@ -798,11 +838,8 @@ async fn a_namespace_deleted_mid_convergence_ends_it_without_a_recreate() {
         .await,
         "the journal goes with its namespace"
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        api.get::<StatefulSet>(NS, "web").is_none(),
-        "not re-created"
-    );
+    // Counted once the journal's delete is answered, the convergence's last step: a
+    // re-create would have come before it.
     assert!(
         eventually(Duration::from_secs(10), || controller.metrics().contains(
             "statefulset_converge_steps_total{step=\"namespace-gone\"} 1"
@@ -810,6 +847,16 @@ async fn a_namespace_deleted_mid_convergence_ends_it_without_a_recreate() {
         .await,
         "{}",
         controller.metrics()
+    );
+    assert!(
+        !api.writes().iter().any(|w| w.method == "POST"
+            && w.path.ends_with("/namespaces/db/statefulsets")
+            && !w.is_dry_run()),
+        "never re-created"
+    );
+    assert!(
+        api.get::<StatefulSet>(NS, "web").is_none(),
+        "not re-created"
     );
     controller.stop().await;
 }
@@ -940,10 +987,12 @@ async fn two_hundred_sets_converge_and_then_nothing_is_written() {
     let took = started.elapsed();
     let is_lease = |w: &RecordedRequest| w.path.contains("/leases/");
     let converge_writes = api.writes().iter().filter(|w| !is_lease(w)).count();
-    // Settle (events of the last steps), then watch three resync periods.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Settle (events of the last steps: a round of every set's reconciles), then watch two
+    // more rounds (resync 1 s).
+    controller.settle().await;
+    controller.reconciled_after_n(controller.mark(), 200).await;
     api.clear_requests();
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    controller.reconciled_after_n(controller.mark(), 400).await;
     let writes: Vec<(String, String)> = api
         .writes()
         .into_iter()
@@ -1096,7 +1145,7 @@ async fn observe_mode_reports_every_planned_write_and_makes_none() {
         reasons()
     );
     // A few more reconciles (resync 1 s, convergence poll 100 ms) change nothing.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    controller.reconciled_after_n(controller.mark(), 3).await;
 
     let written = api.tally_writes(|w| w.succeeded().then(|| w.target()));
     assert!(
@@ -1135,6 +1184,14 @@ async fn observe_mode_reports_every_planned_write_and_makes_none() {
         would_patch, 1,
         "one claim at a time (highest ordinal first)"
     );
+    // Said again, the Event would carry a series (WouldWriteProgress is left out: its planned
+    // record carries the time it is planned at, a new change at every reconcile).
+    let repeated: Vec<Event> = api
+        .list::<Event>()
+        .into_iter()
+        .filter(|e| e.series.is_some() && e.reason.as_deref() != Some("WouldWriteProgress"))
+        .collect();
+    assert!(repeated.is_empty(), "said again: {repeated:?}");
     let metrics = controller.metrics();
     for action in [
         "PatchClaim",
@@ -1254,9 +1311,11 @@ async fn a_class_the_cluster_drops_never_stalls_the_rollout_and_rolls_out_once_k
             .is_some_and(|a| a.contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES)),
         "converged"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Looked at again and again since (resync 1 s): still said once.
+    controller.reconciled_after_n(controller.mark(), 3).await;
     let said = events(&api, "VolumeAttributesClassNotApplied");
     assert_eq!(said.len(), 1, "one per set: {said:?}");
+    assert!(said[0].series.is_none(), "not repeated: {said:?}");
     let note = said[0].note.clone().unwrap_or_default();
     assert!(
         note.starts_with("volumeAttributesClassName \"e2e-faster\" of template \"data\" cannot reach the claims: the cluster drops")

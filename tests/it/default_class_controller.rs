@@ -6,8 +6,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::events::v1::Event as EventV1;
 use serde_json::{Value, json};
+use stateful_admission::cluster::Change;
 use stateful_admission::controller::ControllerConfig;
 
+use crate::support::barrier::{BARRIER_WAIT, ClassProbe, PROBE_NAMESPACE};
 use crate::support::controller::{RunningController, config, eventually, no_features};
 use crate::support::fake_apiserver::FakeApiServer;
 use crate::support::fake_apiserver::resources::PERSISTENT_VOLUME_CLAIMS;
@@ -51,20 +53,25 @@ fn class_of(api: &FakeApiServer, namespace: &str, name: &str) -> Option<String> 
         .and_then(|s| s.storage_class_name)
 }
 
-/// Claim patches that could change a claim (not the capability probes' dry runs).
+/// Claim patches that could change a claim (not the capability probes' dry runs, nor the
+/// barrier's probe claims).
 fn claim_patches(api: &FakeApiServer) -> Vec<(String, u16)> {
     api.writes()
         .into_iter()
         .filter(|r| r.method == "PATCH" && r.path.contains("/persistentvolumeclaims/"))
-        .filter(|r| !r.is_dry_run())
+        .filter(|r| !r.is_dry_run() && !r.path.contains(&format!("/{PROBE_NAMESPACE}/")))
         .map(|r| (r.path, r.code))
         .collect()
 }
 
+/// Events with `reason`, but those about the barrier's probe claims.
 fn events(api: &FakeApiServer, reason: &str) -> Vec<EventV1> {
     api.list::<EventV1>()
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.namespace.as_deref()) != Some(PROBE_NAMESPACE)
+        })
         .collect()
 }
 
@@ -77,8 +84,27 @@ fn metric(controller: &RunningController, name: &str) -> Option<u64> {
 
 async fn leading(controller: &RunningController) {
     assert!(eventually(Duration::from_secs(15), || controller.is_leader()).await);
-    // Caches list before the loop acts.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+/// Whether the controller's view holds `name` as the cluster default, or (`false`) no default.
+fn view_default_is(controller: &RunningController, name: Option<&str>) -> bool {
+    let defaults: Vec<String> = controller
+        .view()
+        .storage_classes()
+        .iter()
+        .filter(|c| {
+            c.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("storageclass.kubernetes.io/is-default-class"))
+                .is_some_and(|v| v == "true")
+        })
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    match name {
+        Some(name) => defaults.iter().any(|d| d == name),
+        None => defaults.is_empty(),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -114,14 +140,16 @@ async fn a_claim_created_before_any_default_gets_one_as_soon_as_a_default_appear
         json!({"volumeName": "pv-1"}),
         json!({}),
     );
+    let mut probe = ClassProbe::install(&api);
     // A long resync: only the class watch can explain a prompt assignment.
     let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
     leading(&controller).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Its first pass over the claims is done.
+    probe.looked().await;
     assert_eq!(class_of(&api, "default", "data"), None, "no default yet");
     assert!(claim_patches(&api).is_empty());
 
-    let appeared = tokio::time::Instant::now();
+    let mut feed = controller.view().subscribe();
     class(&api, "gold", true, "2024-02-01T00:00:00Z");
     api.wait_for(
         |s| {
@@ -129,15 +157,36 @@ async fn a_claim_created_before_any_default_gets_one_as_soon_as_a_default_appear
                 .and_then(|c| c.pointer("/spec/storageClassName").cloned())
                 == Some(json!("gold"))
         },
-        Duration::from_secs(5),
+        BARRIER_WAIT,
     )
     .await
     .expect("the claim gets the new default");
-    // Within the 5 s above, against a 600 s resync: the class watch did it.
-    let took = appeared.elapsed();
-    println!("default class assigned {took:?} after the class appeared");
+    // The class watch did it: the class is all the controller heard of between its first
+    // pass and the claim's assignment (the resync is 600 s, past the wait).
+    let mut heard = Vec::new();
+    let assigned = Change::Claim {
+        namespace: "default".into(),
+        name: "data".into(),
+    };
+    while heard.last() != Some(&assigned) {
+        let change = tokio::time::timeout(BARRIER_WAIT, feed.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("the view never took in the assignment: {heard:?}"));
+        // The probe's own claim, assigned a moment ago, may come in late.
+        if !matches!(&change, Change::Claim { namespace, .. } if namespace == PROBE_NAMESPACE) {
+            heard.push(change);
+        }
+    }
+    assert_eq!(
+        heard,
+        [Change::StorageClass("gold".into()), assigned],
+        "what the controller heard of until the assignment"
+    );
 
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Looked at since the assignment: nothing more.
+    probe.looked().await;
     let patches = claim_patches(&api);
     assert_eq!(
         patches,
@@ -169,12 +218,13 @@ async fn a_claim_created_before_any_default_gets_one_as_soon_as_a_default_appear
             "{name} is untouched"
         );
     }
-    // Counted once the write's answer and its Event are in, after the store shows it.
+    // Counted once the write's answer and its Event are in (the probe claims' too).
+    let probes = probe.sent() as u64;
     assert!(
         eventually(Duration::from_secs(10), || metric(
             &controller,
             "retroactive_storageclass_total"
-        ) == Some(1)
+        ) == Some(1 + probes)
             && events(&api, "DefaultStorageClassAssigned").len() == 1)
         .await,
         "{:?}",
@@ -209,6 +259,7 @@ async fn with_two_defaults_the_newest_wins_and_a_namespace_default_comes_first()
     class(&api, "newer", true, "2024-06-01T00:00:00Z");
     class(&api, "team-class", false, "2023-01-01T00:00:00Z");
     api.put_object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
+    let mut probe = ClassProbe::install(&api);
     let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
     leading(&controller).await;
 
@@ -227,20 +278,15 @@ async fn with_two_defaults_the_newest_wins_and_a_namespace_default_comes_first()
     // Separate watches: the controller has seen that no class is the default before the
     // claim appears.
     assert!(
-        eventually(Duration::from_secs(15), || controller
-            .view()
-            .storage_classes()
-            .iter()
-            .all(|c| c
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("storageclass.kubernetes.io/is-default-class"))
-                .is_none_or(|v| v != "true")))
+        eventually(Duration::from_secs(15), || view_default_is(
+            &controller,
+            None
+        ))
         .await
     );
     claim(&api, "team", "b", json!({}), json!({}));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The controller has handled the claim's arrival.
+    probe.looked().await;
     assert_eq!(class_of(&api, "team", "b"), None, "no default anywhere");
     api.put_object(
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team",
@@ -260,16 +306,19 @@ async fn with_two_defaults_the_newest_wins_and_a_namespace_default_comes_first()
     );
     claim(&api, "off", "c", json!({}), json!({}));
     class(&api, "older", true, "2024-01-01T00:00:00Z");
+    // Handled both the claim and the new default.
     assert!(
-        eventually(Duration::from_secs(15), || class_of(&api, "default", "a")
-            .is_some())
+        eventually(Duration::from_secs(15), || view_default_is(
+            &controller,
+            Some("older")
+        ))
         .await
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    probe.looked().await;
     assert_eq!(class_of(&api, "off", "c"), None);
     assert_eq!(
         metric(&controller, "retroactive_storageclass_total"),
-        Some(2)
+        Some(2 + probe.sent() as u64)
     );
     controller.stop().await;
 }
@@ -281,6 +330,7 @@ async fn a_claim_bound_meanwhile_is_left_alone() {
     for name in &names {
         claim(&api, "default", name, json!({}), json!({}));
     }
+    let mut probe = ClassProbe::install(&api);
     let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
     leading(&controller).await;
     // Bound (and pre-bound) at the moment the default appears: whichever the controller
@@ -301,7 +351,15 @@ async fn a_claim_bound_meanwhile_is_left_alone() {
         api.put_object(bound);
     }
     class(&api, "gold", true, "2024-01-01T00:00:00Z");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The controller has handled every claim's binding and the new default.
+    assert!(
+        eventually(Duration::from_secs(15), || view_default_is(
+            &controller,
+            Some("gold")
+        ))
+        .await
+    );
+    probe.looked().await;
     for name in &names {
         assert_eq!(
             class_of(&api, "default", name),
@@ -334,6 +392,7 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         c.git_version = "v1.24.17".to_owned();
     });
     claim(&api, "default", "data", json!({}), json!({}));
+    let mut probe = ClassProbe::install(&api);
     // A short resync: the rejected claim is looked at many times.
     let controller = RunningController::start_with(
         &api,
@@ -355,7 +414,10 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         .is_empty())
         .await
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Several resyncs (200 ms) come due, and the controller looks after them (a probe claim,
+    // once the refusal is known, is told without a patch).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    probe.looked().await;
     let patches = claim_patches(&api);
     assert!(
         patches.len() <= 1 && patches.iter().all(|(_, code)| *code == 422),
@@ -404,7 +466,7 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
             == 2)
         .await
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    probe.looked().await;
     assert_eq!(
         claim_patches(&api),
         patches,
@@ -469,6 +531,7 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
 async fn a_failed_request_is_retried_and_counted() {
     let api = FakeApiServer::start().await;
     claim(&api, "default", "data", json!({}), json!({}));
+    let mut probe = ClassProbe::install(&api);
     let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
     leading(&controller).await;
     api.fail_next("PATCH", "persistentvolumeclaims/data", 500, 1);
@@ -497,11 +560,20 @@ async fn a_failed_request_is_retried_and_counted() {
         metric(&controller, "retroactive_storageclass_errors_total"),
         Some(1)
     );
-    // And no third: the assignment is not repeated once the view shows it.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // And no third: the assignment is not repeated once the view shows it (the view has it,
+    // and the controller looked since).
+    assert!(
+        eventually(Duration::from_secs(15), || controller
+            .view()
+            .claim("default", "data")
+            .and_then(|c| c.spec.as_ref()?.storage_class_name.clone())
+            .is_some())
+        .await
+    );
+    probe.looked().await;
     assert_eq!(
         metric(&controller, "retroactive_storageclass_total"),
-        Some(2)
+        Some(2 + probe.sent() as u64)
     );
     controller.stop().await;
 }

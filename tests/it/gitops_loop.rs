@@ -258,10 +258,11 @@ async fn run_loop(name: &str, install: Write, steps: &[Step]) -> Vec<String> {
             settled(&api) && recreates(&api.writes()) >= expected_recreates
         })
         .await;
-        // Give a second re-create the time to happen, if it were going to.
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        // A second re-create would have started (a journal written, the set deleted) in the
+        // reconciles since (resync 1 s).
+        controller.reconciled_after_n(controller.mark(), 3).await;
         let writes = api.writes();
-        if !converged || recreates(&writes) != expected_recreates {
+        if !converged || recreates(&writes) != expected_recreates || !settled(&api) {
             failures.push(format!(
                 "{what}: {} re-creates in all, expected {expected_recreates} (settled: {})",
                 recreates(&writes),
@@ -573,7 +574,25 @@ async fn a_crash_between_create_and_ownership_restore_resumes_from_the_journal()
     })
     .await;
     assert!(created, "the controller did not get to the create");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // It went on to the restore, which the apiserver refused: the crash comes right after
+    // the create, the templates still the creator's.
+    let restore_refused = || {
+        let requests = api.requests();
+        let created = requests.iter().position(|r| {
+            r.method == "POST" && r.path.ends_with("/namespaces/db/statefulsets") && r.code < 300
+        });
+        created.is_some_and(|at| {
+            requests[at..].iter().any(|r| {
+                r.method == "PATCH"
+                    && r.path.ends_with("/namespaces/db/statefulsets/web")
+                    && r.code == 500
+            })
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(15), restore_refused).await,
+        "the restore was not attempted"
+    );
     first.kill();
     api.clear_faults();
     let between = live_set(&api).expect("set");
@@ -597,7 +616,9 @@ async fn a_crash_between_create_and_ownership_restore_resumes_from_the_journal()
     write(&api, server_side, "2Gi", false)
         .await
         .expect("the next apply has no conflict");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Looked at the applied set since (resync 1 s): a re-create would have begun.
+    second.reconciled_after_n(second.mark(), 3).await;
     assert_eq!(recreates(&api.writes()), 1, "and causes no re-create");
+    assert!(settled(&api), "no convergence under way");
     second.stop().await;
 }

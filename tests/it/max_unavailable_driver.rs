@@ -18,6 +18,7 @@ use stateful_admission::controller::{ControllerConfig, Features};
 use tokio::time::Instant;
 
 use crate::common;
+use crate::support::barrier::{Changes, fold, objects_now};
 use crate::support::controller::{
     CONTROLLER_NAMESPACE, RunningController, config, eventually, no_features,
 };
@@ -91,8 +92,9 @@ struct Observed {
 }
 
 /// Checks the invariants after every committed change of the store: a model of the set's
-/// pods is kept from the change stream itself, so no intermediate state is missed.
-fn watch_invariants(api: &FakeApiServer) -> (Arc<Mutex<Observed>>, tokio::task::JoinHandle<()>) {
+/// pods is kept from the fake's record of changes itself, so no intermediate state is missed
+/// (and a record that no longer reaches back fails the test: [`Changes::catch_up`]).
+fn watch_invariants(api: &FakeApiServer) -> (Arc<Mutex<Observed>>, Changes) {
     watch_set(api, REPLICAS, PARTITION, MAX_UNAVAILABLE)
 }
 
@@ -102,14 +104,9 @@ fn watch_set(
     replicas: u32,
     partition: u32,
     budget: usize,
-) -> (Arc<Mutex<Observed>>, tokio::task::JoinHandle<()>) {
-    let mut changes = api.subscribe();
-    let mut pods: BTreeMap<String, Value> = api
-        .list_objects(ResourceType::of::<Pod>())
-        .into_iter()
-        .filter(|p| p.pointer("/metadata/namespace") == Some(&json!(NS)))
-        .filter_map(|p| Some((p.pointer("/metadata/name")?.as_str()?.to_owned(), p)))
-        .collect();
+) -> (Arc<Mutex<Observed>>, Changes) {
+    let pod_type = ResourceType::of::<Pod>();
+    let (revision, mut pods) = objects_now(api, pod_type, NS);
     let below: BTreeMap<String, Value> = (0..partition)
         .filter_map(|n| Some((pod_name(n), pods.get(&pod_name(n))?.clone())))
         .collect();
@@ -118,47 +115,33 @@ fn watch_set(
         ..Observed::default()
     }));
     let shared = observed.clone();
-    let handle = tokio::spawn(async move {
-        while let Ok(change) = changes.recv().await {
-            if change.resource.plural != "pods"
-                || change.object.pointer("/metadata/namespace") != Some(&json!(NS))
-            {
-                continue;
-            }
-            let Some(name) = change
-                .object
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-            else {
-                continue;
-            };
-            match change.kind {
-                ChangeKind::Deleted => pods.remove(name),
-                ChangeKind::Added | ChangeKind::Modified => {
-                    pods.insert(name.to_owned(), change.object.clone())
-                }
-            };
-            let now_unavailable = unavailable(&pods, replicas);
-            let mut o = shared.lock().unwrap_or_else(|p| p.into_inner());
-            o.changes += 1;
-            o.max_unavailable = o.max_unavailable.max(now_unavailable);
-            if now_unavailable > budget {
-                o.over_budget.push(format!(
-                    "{:?} {name} at rv {}: {now_unavailable} unavailable",
-                    change.kind, change.resource_version
-                ));
-            }
-            if let Some(before) = below.get(name)
-                && (change.kind == ChangeKind::Deleted
-                    || before.pointer("/metadata/uid") != change.object.pointer("/metadata/uid")
-                    || pod_revision(before) != pod_revision(&change.object))
-            {
-                o.touched_below_partition
-                    .push(format!("{:?} {name}", change.kind));
-            }
+    let changes = Changes::follow(api, revision, move |change| {
+        if !fold(&mut pods, change, pod_type, NS) {
+            return;
+        }
+        let name = change.object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        let now_unavailable = unavailable(&pods, replicas);
+        let mut o = shared.lock().unwrap_or_else(|p| p.into_inner());
+        o.changes += 1;
+        o.max_unavailable = o.max_unavailable.max(now_unavailable);
+        if now_unavailable > budget {
+            o.over_budget.push(format!(
+                "{:?} {name} at rv {}: {now_unavailable} unavailable",
+                change.kind, change.resource_version
+            ));
+        }
+        if let Some(before) = below.get(name)
+            && (change.kind == ChangeKind::Deleted
+                || before.pointer("/metadata/uid") != change.object.pointer("/metadata/uid")
+                || pod_revision(before) != pod_revision(&change.object))
+        {
+            o.touched_below_partition
+                .push(format!("{:?} {name}", change.kind));
         }
     });
-    (observed, handle)
+    (observed, changes)
 }
 
 /// Creates the set through the API and waits for the simulated cluster to run it.
@@ -290,17 +273,18 @@ async fn roll_with(policy: &str, drop_max_unavailable: bool, probes: Probes) -> 
     let done = eventually(Duration::from_secs(30), || rolled_out(&api)).await;
     let elapsed = started.elapsed();
     assert!(done, "the rollout completes");
-    // The last changes reach the watcher; then nothing below the partition changed.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The driver looked at the rolled-out set (its resync is 30 s: nudged); nothing below the
+    // partition changed.
+    controller.nudge_and_settle(&api, NS, SET).await;
     assert_eq!(
         uids_below_partition(&api),
         below,
         "pods below the partition are untouched"
     );
     let ours = pod_deletions(&api);
-    // At steady state nothing is written but the Lease renewals.
+    // At steady state nothing is written but the Lease renewals, however often it looks.
     api.clear_requests();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    controller.nudge_and_settle(&api, NS, SET).await;
     let writes: Vec<String> = api
         .writes()
         .into_iter()
@@ -312,7 +296,7 @@ async fn roll_with(policy: &str, drop_max_unavailable: bool, probes: Probes) -> 
     let metrics = controller.metrics();
     controller.stop().await;
     let stats = sim.stop().await;
-    watcher.abort();
+    watcher.catch_up();
     let observed = std::mem::take(&mut *observed.lock().unwrap_or_else(|p| p.into_inner()));
     Rollout {
         elapsed,
@@ -545,7 +529,7 @@ async fn a_restart_mid_rollout_neither_breaks_the_budget_nor_stalls() {
         eventually(Duration::from_secs(30), || rolled_out(&api)).await,
         "the rollout completes after the takeover"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    second.nudge_and_settle(&api, NS, SET).await;
     assert!(second.is_leader());
     assert_eq!(uids_below_partition(&api), below);
     let deleted: Vec<u16> = pod_deletions(&api)
@@ -559,7 +543,7 @@ async fn a_restart_mid_rollout_neither_breaks_the_budget_nor_stalls() {
     );
     second.stop().await;
     sim.stop().await;
-    watcher.abort();
+    watcher.catch_up();
     let o = observed.lock().unwrap_or_else(|p| p.into_inner());
     assert!(o.over_budget.is_empty(), "{:?}", o.over_budget);
     assert!(
@@ -716,7 +700,17 @@ async fn a_gate_set_by_flag_is_known_at_once_and_never_probed() {
             .contains("max_unavailable_gate_enabled 0")
     );
     assert!(eventually(Duration::from_secs(15), || controller.is_leader()).await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The prober's first round is recorded (other capabilities probed): a gate probe would
+    // have been sent in it.
+    assert!(
+        eventually(Duration::from_secs(30), || controller
+            .metrics()
+            .lines()
+            .any(|l| l.starts_with("capability_probes_total{")))
+        .await,
+        "{}",
+        controller.metrics()
+    );
     assert!(probes(&api).is_empty());
     controller.stop().await;
 }
@@ -945,8 +939,10 @@ async fn restarts(set: Value, webhook: bool) -> Restarts {
     })
     .await;
     // What happens after the last pod is replaced counts too (a pod back at the old revision
-    // would be deleted again).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // would be deleted again): the driver looked since (its resync is 30 s: nudged).
+    if done {
+        controller.nudge_and_settle(&api, NS, SET).await;
+    }
     let ours: Vec<String> = pod_deletions(&api)
         .into_iter()
         .filter(|(_, _, code)| *code == 200)
@@ -966,7 +962,7 @@ async fn restarts(set: Value, webhook: bool) -> Restarts {
         .collect();
     controller.stop().await;
     let stats = sim.stop().await;
-    watcher.abort();
+    watcher.catch_up();
     let mut by_pod: BTreeMap<String, usize> =
         (0..SPELLED_REPLICAS).map(|n| (pod_name(n), 0)).collect();
     for pod in ours.iter().chain(&stats.deleted_by_builtin) {

@@ -4,7 +4,6 @@
 //! offline-expansion resizer (a claim's file system grows only once its pod is re-created).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -15,6 +14,7 @@ use stateful_admission::controller::ControllerConfig;
 use stateful_admission::names;
 
 use crate::claim_rollout::{NS, class, fast, features, set};
+use crate::support::barrier::{Peak, wall_clock_past};
 use crate::support::controller::{RunningController, eventually};
 use crate::support::fake_apiserver::{FakeApiServer, ResourceType};
 use crate::support::offline_resizer::{OfflineResizer, ResizerConfig, resize_pending};
@@ -31,9 +31,19 @@ fn controller(identity: &str, grace: Duration) -> ControllerConfig {
     }
 }
 
+/// The resizer of a driver without online expansion, its node side at mount (see [`install`]).
+fn resizer() -> ResizerConfig {
+    ResizerConfig {
+        grow_at_mount: true,
+        ..ResizerConfig::default()
+    }
+}
+
 /// An `InPlace` set `web` of three replicas asking for 2Gi with `extra` annotations, its bound
 /// 1Gi claims and their volumes, the built-in StatefulSet controller and kubelet simulated
 /// (pods created and made Ready), and a budget of one unavailable pod, as a chart ships it.
+/// The kubelet grows a waiting file system as it mounts the volume, before the pod turns
+/// Ready (with [`resizer`]), as a real one does: no grace has to outlast a loaded machine.
 async fn install(
     api: &FakeApiServer,
     extra: &[(&str, &str)],
@@ -62,7 +72,16 @@ async fn install(
         "metadata": {"name": "web", "namespace": NS},
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
     );
-    let sim = StatefulSetSim::start(&api.clone(), NS, "web", SimConfig::default(), false);
+    let sim = StatefulSetSim::start(
+        &api.clone(),
+        NS,
+        "web",
+        SimConfig {
+            mount_grows_file_systems: true,
+            ..SimConfig::default()
+        },
+        false,
+    );
     assert!(
         eventually(WAIT, || available(api) == 3).await,
         "three Ready pods"
@@ -149,37 +168,98 @@ async fn all_grown(api: &FakeApiServer) -> bool {
     .await
 }
 
-/// Watches every change and keeps the most pods of `web` unavailable at once.
-fn peak_unavailable(api: &FakeApiServer) -> Arc<Mutex<usize>> {
-    let peak = Arc::new(Mutex::new(0usize));
-    let mut changes = api.subscribe();
-    let (watcher_api, watcher_peak) = (api.clone(), peak.clone());
-    tokio::spawn(async move {
-        // A lagged receiver looks again (what it missed is in the store); a closed one ends.
-        while !matches!(
-            changes.recv().await,
-            Err(tokio::sync::broadcast::error::RecvError::Closed)
-        ) {
-            let down = 3 - available(&watcher_api);
-            let mut p = watcher_peak.lock().unwrap_or_else(|e| e.into_inner());
-            *p = (*p).max(down);
+/// The most pods of `web` unavailable at once, over every state the pods went through.
+fn peak_unavailable(api: &FakeApiServer) -> Peak {
+    Peak::track(api, ResourceType::of::<Pod>(), NS, |pods| {
+        3 - (0..3)
+            .filter(|n| pods.get(&format!("web-{n}")).is_some_and(pod_is_available))
+            .count()
+    })
+}
+
+/// Waits until the controller would call `claim`'s wait for a restart longer than `grace`
+/// (from its `FileSystemResizePending` time, or its pod's Ready time where later, each read a
+/// second early as the controller reads whole-second times), then for a reconcile after that.
+async fn past_the_grace(
+    api: &FakeApiServer,
+    controller: &RunningController,
+    claim_name: &str,
+    grace: Duration,
+) {
+    let stored = claim(api, claim_name);
+    let time = |t: &Value| t.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let pending = stored["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "FileSystemResizePending")
+        .and_then(|c| time(&c["lastTransitionTime"]))
+        .unwrap_or_else(|| panic!("{claim_name} waits for a restart: {stored}"));
+    let pod = format!("web-{}", claim_name.rsplit('-').next().unwrap_or_default());
+    let ready = api
+        .get_object(ResourceType::of::<Pod>(), NS, &pod)
+        .and_then(|p| {
+            p["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Ready")
+                .and_then(|c| time(&c["lastTransitionTime"]))
+        });
+    let since = ready.map_or(pending, |ready| ready.max(pending));
+    wall_clock_past(since + grace + Duration::from_secs(1)).await;
+    controller.settle().await;
+}
+
+/// The revision at which each claim `data-web-N` first had `size`, and the one at which a pod
+/// `web-N` other than `originals`' first turned Ready, from the fake's record of changes
+/// after `from`.
+fn grown_and_ready(
+    api: &FakeApiServer,
+    from: u64,
+    originals: &BTreeMap<u32, Option<String>>,
+) -> BTreeMap<u32, (Option<u64>, Option<u64>)> {
+    let mut seen: BTreeMap<u32, (Option<u64>, Option<u64>)> = BTreeMap::new();
+    let changes = api
+        .changes_since(from)
+        .expect("the fake's history reaches the start of the rollout");
+    for change in changes {
+        let object = &change.object;
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let ordinal = |prefix: &str| name.strip_prefix(prefix)?.parse::<u32>().ok();
+        if change.resource == ResourceType::of::<PersistentVolumeClaim>()
+            && object["status"]["capacity"]["storage"] == "2Gi"
+            && let Some(n) = ordinal("data-web-")
+        {
+            seen.entry(n)
+                .or_default()
+                .0
+                .get_or_insert(change.resource_version);
         }
-    });
-    peak
+        if change.resource == ResourceType::of::<Pod>()
+            && let Some(n) = ordinal("web-")
+            && object["metadata"]["uid"].as_str() != originals[&n].as_deref()
+            && pod_is_available(object)
+        {
+            seen.entry(n)
+                .or_default()
+                .1
+                .get_or_insert(change.resource_version);
+        }
+    }
+    seen
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn offline_expansions_restart_each_pod_once_highest_first_within_the_budget() {
     let api = FakeApiServer::start().await;
     let sim = install(&api, &[(names::RESTART_PODS_FOR_RESIZE, "true")], |_| {}).await;
-    let resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    let resizer = OfflineResizer::start(&api, NS, resizer());
     let originals: BTreeMap<u32, Option<String>> = (0..3)
         .map(|n| (n, pod_uid(&api, &format!("web-{n}"))))
         .collect();
     let peak = peak_unavailable(&api);
-    // A grace long enough that a loaded machine never delays the resizer's answer past it:
-    // a new pod whose claim still waits after it is told about.
-    let controller = RunningController::start(&api, controller("a", Duration::from_secs(2)));
+    let start = api.resource_version();
+    let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
 
     assert!(
         all_grown(&api).await,
@@ -194,10 +274,18 @@ async fn offline_expansions_restart_each_pod_once_highest_first_within_the_budge
         .await,
         "every pod back and every restart's record gone"
     );
+    assert_eq!(peak.get(), 1, "one pod down at a time");
     assert_eq!(
         evicted_in_order(&api),
         ["web-2", "web-1", "web-0"],
         "highest ordinal first, each once"
+    );
+    // Each file system grew before its new pod turned Ready, as a kubelet mounts: the
+    // controller never saw a new pod Ready beside a claim still waiting, whatever the grace.
+    let order = grown_and_ready(&api, start, &originals);
+    assert!(
+        (0..3).all(|n| matches!(order.get(&n), Some((Some(grown), Some(ready))) if grown < ready)),
+        "revisions (grown, new pod Ready) per ordinal: {order:?}"
     );
     // Each eviction met the pod the claim waited with, and no budget refused one: the next
     // waited for the re-created pod to be available.
@@ -206,7 +294,6 @@ async fn offline_expansions_restart_each_pod_once_highest_first_within_the_budge
         assert_eq!(r.code, 201, "{r:?}");
         assert_eq!(r.uid, originals[&ordinal], "{r:?}");
     }
-    assert_eq!(*peak.lock().expect("peak"), 1, "one pod down at a time");
     assert!(pod_deletes(&api).is_empty(), "{:?}", pod_deletes(&api));
     let stats = resizer.stop().await;
     assert_eq!(
@@ -250,7 +337,7 @@ async fn offline_expansions_restart_each_pod_once_highest_first_within_the_budge
 async fn without_the_opt_in_no_pod_is_evicted_and_the_set_is_told_once() {
     let api = FakeApiServer::start().await;
     let sim = install(&api, &[], |_| {}).await;
-    let _resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    let _resizer = OfflineResizer::start(&api, NS, resizer());
     let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
 
     assert!(
@@ -266,14 +353,19 @@ async fn without_the_opt_in_no_pod_is_evicted_and_the_set_is_told_once() {
         "{note}"
     );
     assert!(note.contains(names::RESTART_PODS_FOR_RESIZE), "{note}");
-    // Long past the grace: nothing restarted, the rollout holds at the first claim.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Past the grace, and looked at since: nothing restarted, the rollout holds at the first
+    // claim.
+    past_the_grace(&api, &controller, "data-web-2", Duration::from_secs(1)).await;
     assert!(api.eviction_records().is_empty());
     assert!(pod_deletes(&api).is_empty());
     assert!(record(&api, "data-web-2").is_none());
     assert!(resize_pending(&claim(&api, "data-web-2")));
     assert_eq!(request(&api, "data-web-1"), "1Gi");
-    assert_eq!(events(&api, "PodRestartNeededForResize").len(), 1);
+    let told = events(&api, "PodRestartNeededForResize");
+    assert!(
+        told.len() == 1 && told[0].series.is_none(),
+        "told once: {told:?}"
+    );
 
     // The user restarts it: the claim grows and the rollout goes on to the next one.
     api.remove::<Pod>(NS, "web-2");
@@ -303,7 +395,7 @@ async fn a_budget_refusal_is_asked_again_and_never_becomes_a_delete() {
         "metadata": {"name": "web", "namespace": NS},
         "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "web"}}}}),
     );
-    let _resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    let _resizer = OfflineResizer::start(&api, NS, resizer());
     let original = pod_uid(&api, "web-2");
     let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
 
@@ -441,14 +533,14 @@ async fn an_opt_out_during_a_refused_eviction_clears_the_record_and_evicts_nothi
 async fn a_crash_before_or_after_the_eviction_never_evicts_a_pod_twice_nor_its_successor() {
     let api = FakeApiServer::start().await;
     let sim = install(&api, &[(names::RESTART_PODS_FOR_RESIZE, "true")], |_| {}).await;
-    // The node takes a while after the new pod is Ready, so a controller that crashed right
-    // after an eviction finds the record still there.
+    // The node takes a while to grow a file system as it mounts it, so a controller that
+    // crashed right after an eviction finds the record still there.
     let _resizer = OfflineResizer::start(
         &api,
         NS,
         ResizerConfig {
             node_delay: Duration::from_millis(1500),
-            ..ResizerConfig::default()
+            ..resizer()
         },
     );
     let original_2 = pod_uid(&api, "web-2");
@@ -529,7 +621,7 @@ async fn under_on_delete_pods_are_the_users_to_restart() {
         }
     })
     .await;
-    let _resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    let _resizer = OfflineResizer::start(&api, NS, resizer());
     let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
     // Under OnDelete the claims of pods created since the set follow its template (here
     // all); the file systems then wait for a restart, which is the user's.
@@ -550,7 +642,12 @@ async fn under_on_delete_pods_are_the_users_to_restart() {
         .clone()
         .unwrap_or_default();
     assert!(note.contains("OnDelete"), "{note}");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    past_the_grace(&api, &controller, "data-web-2", Duration::from_secs(1)).await;
+    let told = events(&api, "PodRestartNeededForResize");
+    assert!(
+        told.len() == 1 && told[0].series.is_none(),
+        "told once: {told:?}"
+    );
     assert!(api.eviction_records().is_empty());
     assert!(pod_deletes(&api).is_empty());
     assert!(record(&api, "data-web-2").is_none());
@@ -562,7 +659,7 @@ async fn under_on_delete_pods_are_the_users_to_restart() {
 async fn a_pod_the_statefulset_controller_replaces_is_waited_for_not_evicted() {
     let api = FakeApiServer::start().await;
     let sim = install(&api, &[(names::RESTART_PODS_FOR_RESIZE, "true")], |_| {}).await;
-    let _resizer = OfflineResizer::start(&api, NS, ResizerConfig::default());
+    let _resizer = OfflineResizer::start(&api, NS, resizer());
     // A pod template change: the pods are at the old revision until the StatefulSet
     // controller replaces them (the simulation's built-in rolling update is off, the test
     // plays it).
@@ -584,7 +681,7 @@ async fn a_pod_the_statefulset_controller_replaces_is_waited_for_not_evicted() {
     );
     let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
     assert!(eventually(WAIT, || resize_pending(&claim(&api, "data-web-2"))).await);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    past_the_grace(&api, &controller, "data-web-2", Duration::from_secs(1)).await;
     assert!(
         api.eviction_records().is_empty(),
         "web-2 is at the old revision: the StatefulSet controller replaces it"
@@ -594,7 +691,7 @@ async fn a_pod_the_statefulset_controller_replaces_is_waited_for_not_evicted() {
     api.remove::<Pod>(NS, "web-2");
     assert!(eventually(WAIT, || capacity(&api, "data-web-2") == "2Gi").await);
     assert!(eventually(WAIT, || resize_pending(&claim(&api, "data-web-1"))).await);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    past_the_grace(&api, &controller, "data-web-1", Duration::from_secs(1)).await;
     assert!(
         api.eviction_records().is_empty(),
         "{:?} {:?} {:?}",

@@ -167,8 +167,9 @@ async fn at_most_one_write_per_set_at_first_contact_and_none_at_steady_state() {
         )
         .await;
     assert!(all_written.is_ok(), "every set gets its conditions");
-    // Let the reconciles the controller's own writes trigger finish.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The reconciles the controller's own writes trigger have finished (its resync is 30 s:
+    // every set nudged).
+    controller.nudge_all_and_settle(&api).await;
     let contact_end = api.uptime();
     let first = by_target(&api, |w| {
         w.at < contact_end && !w.target().starts_with("leases")
@@ -187,7 +188,15 @@ async fn at_most_one_write_per_set_at_first_contact_and_none_at_steady_state() {
     .collect();
     assert_eq!(first, expected, "writes at first contact");
 
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every set looked at again since, nothing to write; and the Lease renewed meanwhile.
+    controller.nudge_all_and_settle(&api).await;
+    assert!(
+        eventually(Duration::from_secs(30), || api.count_writes(|w| w.at
+            >= contact_end
+            && w.target().starts_with("leases"))
+            > 0)
+        .await
+    );
     let steady = by_target(&api, |w| w.at >= contact_end);
     let leases = steady
         .iter()

@@ -27,7 +27,8 @@
 //!   whole, as the watch cache does;
 //! - accounting ([`traffic`]): watch streams open and opened and list requests per
 //!   resource, a compact record of every write (verb, resource, subresource, field manager,
-//!   user agent, code, time); and watch lag injection on chosen streams;
+//!   user agent, code, time); and watch lag injection on chosen streams (on all, where
+//!   [`WATCH_LAG_ENV`] says so);
 //! - bulk seeding straight into the store ([`FakeApiServer::seed`]);
 //! - replace and patch (JSON patch, merge patch, strategic merge patch) with optimistic
 //!   concurrency on `metadata.resourceVersion`. Strategic merge merges lists by their patch
@@ -392,6 +393,10 @@ impl std::fmt::Display for WaitTimeout {
 
 impl std::error::Error for WaitTimeout {}
 
+/// Milliseconds every watch event of every server is held back by, where set (a stress run
+/// of the suite: the controllers' views lag behind the store); a test's own lags win.
+pub const WATCH_LAG_ENV: &str = "STATEFUL_ADMISSION_TEST_WATCH_LAG_MS";
+
 /// Namespaces every cluster has.
 const BUILTIN_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -446,6 +451,16 @@ impl FakeApiServer {
                 .with_graceful_shutdown(stopped)
                 .await;
         });
+        // A stress run (scripts/stress-tests.sh --watch-lag) has every watch event arrive late.
+        if let Some(lag) = std::env::var(WATCH_LAG_ENV)
+            .ok()
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .filter(|ms| *ms > 0)
+        {
+            for resource in resources::ALL {
+                server.lag_watches(resource, WatchSelector::Every, Duration::from_millis(lag));
+            }
+        }
         Self {
             url: format!("http://{address}"),
             ..server
@@ -638,6 +653,30 @@ impl FakeApiServer {
     /// Every change committed from now on (through the API or the hooks).
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoreChange>> {
         self.shared.store().subscribe()
+    }
+
+    /// Every stored object of a type and the resourceVersion they are all current at, read
+    /// under one lock: what changes after it is in [`Self::changes_since`].
+    pub fn snapshot(&self, resource: &ResourceType) -> (u64, Vec<Value>) {
+        let store = self.shared.store();
+        (
+            store.revision(),
+            store.list(resource, None).cloned().collect(),
+        )
+    }
+
+    /// Every change committed after `revision`, oldest first, each with the object as it
+    /// left it; `None` when the retained history ([`FakeApiConfig::watch_history_limit`],
+    /// [`Self::compact_history`]) no longer reaches back to `revision`.
+    pub fn changes_since(&self, revision: u64) -> Option<Vec<Arc<StoreChange>>> {
+        let store = self.shared.store();
+        (revision >= store.history_floor())
+            .then(|| store.history_since(revision).cloned().collect())
+    }
+
+    /// The global resourceVersion, notified at every commit.
+    pub fn revisions(&self) -> signal::Receiver<u64> {
+        self.shared.store().watch_revision()
     }
 
     /// Waits until `predicate` holds for the store, re-checking after every change.

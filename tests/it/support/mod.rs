@@ -4,6 +4,8 @@
 #[allow(dead_code)]
 pub mod admission_hook;
 #[allow(dead_code)]
+pub mod barrier;
+#[allow(dead_code)]
 pub mod controller;
 #[allow(dead_code)]
 pub mod fake_apiserver;

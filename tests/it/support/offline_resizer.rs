@@ -12,7 +12,9 @@
 //! - The kubelet (`util.MarkFSResizeFinished` in pkg/volume/util/resize_util.go): once the pod
 //!   that uses the claim is another pod than when the condition was set (another uid) and has
 //!   been Ready for `node_delay`, `status.capacity` becomes the request and the resize
-//!   conditions and `allocatedResourceStatuses.storage` go.
+//!   conditions and `allocatedResourceStatuses.storage` go; with `grow_at_mount`, once it is
+//!   another pod being started (not yet Running), as a real kubelet grows the file system at
+//!   mount, before the containers run.
 //!
 //! The pod that uses a claim is the one whose volumes name it, else the StatefulSet's pod of
 //! the same ordinal (`<template>-<set>-<n>` is used by `<set>-<n>`; the simulation's pods have
@@ -52,6 +54,11 @@ pub struct ResizerConfig {
     /// How long the re-created pod is Ready before the capacity is set (the node side).
     pub node_delay: Duration,
     pub tick: Duration,
+    /// The node side finishes as the kubelet mounts the volume for a pod being started (a
+    /// new pod, not yet Running), not once it is Ready: the order a real kubelet keeps (with
+    /// [`super::statefulset_sim::SimConfig::mount_grows_file_systems`], the pod turns Ready
+    /// only after).
+    pub grow_at_mount: bool,
 }
 
 impl Default for ResizerConfig {
@@ -60,6 +67,7 @@ impl Default for ResizerConfig {
             controller_delay: Duration::from_millis(50),
             node_delay: Duration::ZERO,
             tick: Duration::from_millis(10),
+            grow_at_mount: false,
         }
     }
 }
@@ -461,7 +469,13 @@ impl Resizer {
         if pending.recreated.insert(uid.clone()) {
             *lock(&self.stats).restarts.entry(pod_name).or_insert(0) += 1;
         }
-        if !pod_is_available(&pod) {
+        let starting = pod.pointer("/status/phase").and_then(Value::as_str) != Some("Running");
+        if self.config.grow_at_mount && !starting {
+            // Started without its volume grown: not how a kubelet mounts.
+            pending.ready = None;
+            return false;
+        }
+        if !self.config.grow_at_mount && !pod_is_available(&pod) {
             pending.ready = None;
             return false;
         }

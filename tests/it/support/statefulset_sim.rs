@@ -48,6 +48,10 @@ pub struct SimConfig {
     pub create_delay: Duration,
     pub ready_delay: Duration,
     pub tick: Duration,
+    /// The kubelet starts a pod only once none of its claims waits at
+    /// `FileSystemResizePending`, as a real one grows the file system while mounting the
+    /// volume, before any container runs (with [`super::offline_resizer::ResizerConfig::grow_at_mount`]).
+    pub mount_grows_file_systems: bool,
 }
 
 impl Default for SimConfig {
@@ -56,6 +60,7 @@ impl Default for SimConfig {
             create_delay: Duration::from_millis(200),
             ready_delay: Duration::from_millis(300),
             tick: Duration::from_millis(10),
+            mount_grows_file_systems: false,
         }
     }
 }
@@ -179,6 +184,24 @@ impl Sim {
         )
     }
 
+    /// Whether a claim of replica `n` still waits for its file system to grow.
+    fn mounting(&self, set: &Value, n: u32) -> bool {
+        set.pointer("/spec/volumeClaimTemplates")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.pointer("/metadata/name").and_then(Value::as_str))
+            .any(|template| {
+                self.api
+                    .get_object(
+                        ResourceType::of::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(),
+                        &self.namespace,
+                        &format!("{template}-{}-{n}", self.name),
+                    )
+                    .is_some_and(|claim| super::offline_resizer::resize_pending(&claim))
+            })
+    }
+
     async fn step(&self, state: &mut State) {
         let Some(set) = self.api.get_object(
             ResourceType::of::<StatefulSet>(),
@@ -230,6 +253,9 @@ impl Sim {
             };
             let created = *state.created_at.entry(self.pod_name(n)).or_insert(now);
             let pending = pod.pointer("/status/phase").and_then(Value::as_str) != Some("Running");
+            if pending && self.config.mount_grows_file_systems && self.mounting(&set, n) {
+                continue;
+            }
             if pending && now.duration_since(created) >= self.config.ready_delay {
                 let since = jiff::Timestamp::now()
                     .strftime("%Y-%m-%dT%H:%M:%SZ")
