@@ -423,15 +423,17 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         patches.len() <= 1 && patches.iter().all(|(_, code)| *code == 422),
         "at most one attempt per claim version, whatever the resyncs: {patches:?}"
     );
-    // One failed assignment, whether the patch was sent and refused or the probe predicted
-    // the refusal and nothing was sent: counted once, as an attempt and an error.
+    // One failed assignment per claim, whether the patch was sent and refused or the probe
+    // predicted the refusal and nothing was sent: counted once, as an attempt and an error
+    // (the barrier's own class-less claims are refused and counted alike).
+    let refused = Some(1 + probe.sent() as u64);
     assert_eq!(
         metric(&controller, "retroactive_storageclass_total"),
-        Some(1)
+        refused
     );
     assert_eq!(
         metric(&controller, "retroactive_storageclass_errors_total"),
-        Some(1)
+        refused
     );
     let rejected = events(&api, "DefaultStorageClassRejected");
     assert_eq!(rejected.len(), 1);
@@ -473,13 +475,14 @@ async fn an_old_apiserver_rejection_is_reported_once_per_claim() {
         "no patch the apiserver refuses"
     );
     // The new claim's predicted refusal counted; the edited one's not again.
+    let refused = Some(2 + probe.sent() as u64);
     assert_eq!(
         metric(&controller, "retroactive_storageclass_total"),
-        Some(2)
+        refused
     );
     assert_eq!(
         metric(&controller, "retroactive_storageclass_errors_total"),
-        Some(2)
+        refused
     );
     let logs = events(&api, "DefaultStorageClassRejected")
         .into_iter()

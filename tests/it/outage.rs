@@ -378,12 +378,16 @@ async fn claims_roll_on_while_a_slow_garbage_collector_holds_the_convergence_aft
         event.regarding.as_ref().and_then(|r| r.uid.as_deref()),
         Some(old_uid.as_str())
     );
-    let readyz = a.readyz_lines();
+    // The readiness board is written by the loop that polls journals, on its own beat.
+    let line = format!("[!]convergence {says}");
     assert!(
-        readyz
+        eventually(Duration::from_secs(10), || a
+            .readyz_lines()
             .iter()
-            .any(|l| l.starts_with(&format!("[!]convergence {says}"))),
-        "{readyz:?}"
+            .any(|l| l.starts_with(&line)))
+        .await,
+        "{:?}",
+        a.readyz_lines()
     );
     let report = status_json(&api).await;
     let convergence = &report["items"][0]["convergence"];
