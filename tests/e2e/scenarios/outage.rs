@@ -102,28 +102,8 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
         }
         anyhow::Ok(out)
     };
-    eventually(
-        "3 ready replicas with bound 1Gi claims",
-        Duration::from_secs(120),
-        || async {
-            let set = sets.get("db").await?;
-            let ready = set
-                .status
-                .as_ref()
-                .and_then(|s| s.ready_replicas)
-                .unwrap_or(0);
-            anyhow::ensure!(ready == REPLICAS as i32, "{ready} of {REPLICAS} ready");
-            for n in 0..REPLICAS {
-                let claim = claims.get(&format!("data-db-{n}")).await?;
-                anyhow::ensure!(
-                    objects::claim_capacity(&claim).as_deref() == Some("1Gi"),
-                    "data-db-{n} not bound yet"
-                );
-            }
-            Ok(())
-        },
-    )
-    .await?;
+    crate::support::wait::ready_with_bound_claims(&client, &ns, "db", "data", REPLICAS, "1Gi")
+        .await?;
 
     step(
         s,
