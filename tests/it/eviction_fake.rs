@@ -2,8 +2,6 @@
 //! raw requests: each test pins what kube-apiserver answers (pkg/registry/core/pod/storage/
 //! eviction.go) and what the disruption controller would have computed.
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
@@ -193,7 +191,7 @@ async fn an_eviction_a_budget_allows_deletes_the_pod_and_answers_201() {
     install(&api, &[State::Ready, State::Ready, State::Ready]);
     api.put_object(budget("web", json!({"maxUnavailable": 1})));
     let uid = api.get::<Pod>(NS, "web-2").and_then(|p| p.metadata.uid);
-    let mut changes = api.subscribe();
+    let before = api.resource_version();
 
     let status = pods(&api)
         .evict("web-2", &EvictParams::default())
@@ -203,15 +201,15 @@ async fn an_eviction_a_budget_allows_deletes_the_pod_and_answers_201() {
     assert_eq!(status.code, 201);
     assert!(!present(&api, "web-2"), "the pod went at once");
 
-    // Watches see the DisruptionTarget condition, then the deletion.
-    let mut seen = Vec::new();
-    while let Ok(Ok(change)) =
-        tokio::time::timeout(Duration::from_millis(200), changes.recv()).await
-    {
-        if change.resource == ResourceType::of::<Pod>() {
-            seen.push((change.kind, change.object.clone()));
-        }
-    }
+    // Watches see the DisruptionTarget condition, then the deletion: every change committed
+    // by the time the eviction was answered, from the fake's record.
+    let seen: Vec<(ChangeKind, Value)> = api
+        .changes_since(before)
+        .expect("the record reaches back")
+        .iter()
+        .filter(|change| change.resource == ResourceType::of::<Pod>())
+        .map(|change| (change.kind, change.object.clone()))
+        .collect();
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_eq!(seen[0].0, ChangeKind::Modified);
     let condition = seen[0].1["status"]["conditions"]
