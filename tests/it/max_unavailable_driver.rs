@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::common;
 use crate::support::barrier::{Changes, fold, objects_now};
 use crate::support::controller::{
-    CONTROLLER_NAMESPACE, RunningController, config, eventually, no_features,
+    CONTROLLER_NAMESPACE, RunningController, config, eventually, no_features, written_by,
 };
 use crate::support::fake_apiserver::{ChangeKind, FakeApiServer, ResourceType, resources};
 use crate::support::statefulset_sim::{SimConfig, StatefulSetSim, pod_is_available, pod_revision};
@@ -282,14 +282,16 @@ async fn roll_with(policy: &str, drop_max_unavailable: bool, probes: Probes) -> 
         "pods below the partition are untouched"
     );
     let ours = pod_deletions(&api);
-    // At steady state nothing is written but the Lease renewals, however often it looks.
-    api.clear_requests();
+    // At steady state the driver writes nothing but the Lease renewals, however often it
+    // looks (the simulated built-in controller may still finish the rollout's status).
+    let steady_from = api.uptime();
     controller.nudge_and_settle(&api, NS, SET).await;
     let writes: Vec<String> = api
-        .writes()
+        .write_records()
         .into_iter()
-        .filter(|w| !w.path.contains("/leases/"))
-        .map(|w| format!("{} {}", w.method, w.path))
+        .filter(|w| w.at >= steady_from && written_by(w, "replica-a"))
+        .filter(|w| !w.target().starts_with("leases"))
+        .map(|w| format!("{} {}", w.verb.as_str(), w.target()))
         .collect();
     assert!(writes.is_empty(), "writes at steady state: {writes:?}");
 
@@ -417,7 +419,11 @@ async fn without_evidence_a_set_is_told_why_and_driven_once_the_gate_is_known() 
     }
     let sim = running(&api, &set, true).await;
     api.fail_next("POST", GATE_PROBE, 500, usize::MAX);
-    let cfg = driver_config("replica-a");
+    // A resync longer than the test: only the gate being learned can explain a prompt drive.
+    let cfg = ControllerConfig {
+        resync: Duration::from_secs(3600),
+        ..driver_config("replica-a")
+    };
     let controller = RunningController::start_with(
         &api,
         cfg,
@@ -452,17 +458,12 @@ async fn without_evidence_a_set_is_told_why_and_driven_once_the_gate_is_known() 
         pod_deletions(&api).is_empty(),
         "nothing deleted without the gate"
     );
-    // The apiserver answers: the deferred set is looked at at once, well before its recheck.
+    // The apiserver answers: the deferred set is looked at once the gate is learned, not at
+    // its resync (an hour); how soon is for a benchmark.
     api.clear_faults();
-    let started = Instant::now();
     assert!(
-        eventually(Duration::from_secs(10), || !pod_deletions(&api).is_empty()).await,
+        eventually(Duration::from_secs(60), || !pod_deletions(&api).is_empty()).await,
         "driven once the gate is known"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
     );
     assert!(eventually(Duration::from_secs(30), || rolled_out(&api)).await);
     assert_eq!(not_driven().len(), 1, "said once");
