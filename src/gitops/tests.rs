@@ -30,56 +30,23 @@ use crate::status::fixtures::{
     NS, claim, claims, class, event, inputs, journal, report_of, set, template, time, with, without,
 };
 use crate::status::model::Outcome;
+use shipped::lua_value;
 
 /// Where the Argo CD check lives, in Argo CD's `resource_customizations/<group>/<Kind>` layout.
 const ARGOCD_DIR: &str = "gitops/argocd/resource_customizations/apps/StatefulSet";
 
 // --- the interpreters ---
 
-/// `value` as Argo CD hands an object to Lua (gopher-lua via its `decodeValue`): objects and
-/// arrays as tables, numbers as numbers, null as nil.
-fn lua_value(lua: &Lua, value: &Value) -> mlua::Result<mlua::Value> {
-    Ok(match value {
-        Value::Null => mlua::Value::Nil,
-        Value::Bool(b) => mlua::Value::Boolean(*b),
-        Value::Number(n) => mlua::Value::Number(n.as_f64().unwrap_or_default()),
-        Value::String(s) => mlua::Value::String(lua.create_string(s)?),
-        Value::Array(items) => {
-            let table = lua.create_table()?;
-            for (i, item) in items.iter().enumerate() {
-                table.raw_set(i + 1, lua_value(lua, item)?)?;
-            }
-            mlua::Value::Table(table)
-        }
-        Value::Object(map) => {
-            let table = lua.create_table()?;
-            for (k, item) in map {
-                table.raw_set(k.as_str(), lua_value(lua, item)?)?;
-            }
-            mlua::Value::Table(table)
-        }
-    })
-}
+/// The Lua runner of the integration tests and the real-cluster suite (written for their
+/// crates, where its items are their public surface).
+#[allow(unreachable_pub, dead_code)]
+#[path = "../../tests/gitops/mod.rs"]
+mod shipped;
 
-/// The script's verdict on `object`: `(status, message)`. The state opens the base, table and
-/// string libraries only (Argo CD opens all with `useOpenLibs`; the script needs no other).
-pub(crate) fn run_lua(script: &str, object: &Value) -> mlua::Result<(String, String)> {
-    let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING, LuaOptions::default())?;
-    lua.globals().set("obj", lua_value(&lua, object)?)?;
-    let hs: mlua::Table = lua.load(script).set_name("health.lua").eval()?;
-    Ok((hs.get("status")?, hs.get("message")?))
-}
-
-/// Argo CD's health of `object` with the check installed (gitops-engine `GetResourceHealth`):
-/// a set being deleted is Progressing before any check runs.
+/// Argo CD's health of `object` with the check installed (gitops-engine `GetResourceHealth`),
+/// by the runner the integration tests and the real-cluster suite use too.
 fn argocd(object: &Value) -> (String, String) {
-    if object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
-    {
-        return ("Progressing".into(), "Pending deletion".into());
-    }
-    run_lua(ARGOCD_HEALTH_LUA, object).expect("the health check runs")
+    shipped::argocd_health(object).expect("the health check runs")
 }
 
 /// The expressions of the shipped `healthCheckExprs` entry.

@@ -788,8 +788,10 @@ fn present(
 
     let classes_known = inputs.classes.unreadable.is_none();
     // Restarts for resizes as the controller plans them (its planner, on the same objects):
-    // `status` shows that decision, not one of its own.
-    let restart_plan = {
+    // `status` shows that decision, not one of its own. Planned once per set, and only for a
+    // set with a claim that waits for a restart or has one under way.
+    let restart_plan = std::cell::OnceCell::new();
+    let plan_restarts = || {
         let settings = restart::Settings {
             // `status` does not know `serve`'s default: the set's own word.
             restart: restart::opted_in(set, false),
@@ -880,10 +882,14 @@ fn present(
             let (state, message) = match (&assessment, state) {
                 (_, ClaimState::Compatible) => (state, None),
                 (_, ClaimState::Failed) => (state, claim_state::resize_failure(claim)),
-                (_, ClaimState::Restarting | ClaimState::WaitingForRestart) => {
-                    restart_state(set, &claim_name, ordinal, &restart_plan, &pod_name)
-                        .unwrap_or((state, None))
-                }
+                (_, ClaimState::Restarting | ClaimState::WaitingForRestart) => restart_state(
+                    set,
+                    &claim_name,
+                    ordinal,
+                    restart_plan.get_or_init(plan_restarts),
+                    &pod_name,
+                )
+                .unwrap_or((state, None)),
                 (_, ClaimState::Provisioning) => (
                     state,
                     Some("not bound yet; it asks for its template's size".to_owned()),

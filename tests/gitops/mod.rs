@@ -1,6 +1,6 @@
 //! The shipped Argo CD health check for StatefulSets, run as Argo CD runs it: shared by the
-//! integration tests (its `health_test.yaml` cases) and the real-cluster suite (the live set at
-//! each phase of a rollout).
+//! table of `src/gitops/tests.rs`, the integration tests (its `health_test.yaml` cases) and the
+//! real-cluster suite (the live set at each phase of a rollout).
 
 use serde_json::Value;
 
@@ -9,7 +9,7 @@ pub const HEALTH_LUA: &str =
     include_str!("../../gitops/argocd/resource_customizations/apps/StatefulSet/health.lua");
 
 /// `value` as Argo CD hands an object to Lua: objects and arrays as tables, null as nil.
-fn lua_value(lua: &mlua::Lua, value: &Value) -> mlua::Result<mlua::Value> {
+pub fn lua_value(lua: &mlua::Lua, value: &Value) -> mlua::Result<mlua::Value> {
     Ok(match value {
         Value::Null => mlua::Value::Nil,
         Value::Bool(b) => mlua::Value::Boolean(*b),
@@ -43,15 +43,17 @@ pub fn argocd_health(object: &Value) -> anyhow::Result<(String, String)> {
     {
         return Ok(("Progressing".into(), "Pending deletion".into()));
     }
+    run_lua(HEALTH_LUA, object).map_err(|e| anyhow::anyhow!("health.lua: {e}"))
+}
+
+/// `script`'s verdict on `object`: `(status, message)`, in a Lua 5.1 state with the base,
+/// table and string libraries (Argo CD opens all with `useOpenLibs`; the check needs no other).
+pub fn run_lua(script: &str, object: &Value) -> mlua::Result<(String, String)> {
     let lua = mlua::Lua::new_with(
         mlua::StdLib::TABLE | mlua::StdLib::STRING,
         mlua::LuaOptions::default(),
-    )
-    .map_err(|e| anyhow::anyhow!("lua: {e}"))?;
-    let run = || -> mlua::Result<(String, String)> {
-        lua.globals().set("obj", lua_value(&lua, object)?)?;
-        let hs: mlua::Table = lua.load(HEALTH_LUA).set_name("health.lua").eval()?;
-        Ok((hs.get("status")?, hs.get("message")?))
-    };
-    run().map_err(|e| anyhow::anyhow!("health.lua: {e}"))
+    )?;
+    lua.globals().set("obj", lua_value(&lua, object)?)?;
+    let hs: mlua::Table = lua.load(script).set_name("health.lua").eval()?;
+    Ok((hs.get("status")?, hs.get("message")?))
 }

@@ -595,11 +595,6 @@ pub(crate) fn plan_for(
     })
 }
 
-/// Whether `set` restarts pods for resizes: its annotation, else the `serve` default.
-pub(crate) fn restarts_pods(set: &StatefulSet, default: bool) -> bool {
-    restart::opted_in(set, default)
-}
-
 /// Expansions waiting for a pod restart ([`restart`]): plans and carries out the evictions;
 /// returns when to look again (a grace period ending, a pod becoming available, a refusal's
 /// backoff).
@@ -612,7 +607,7 @@ async fn restart_pods(
     let set = snapshot.set.as_ref();
     let now = jiff::Timestamp::now();
     let settings = restart::Settings {
-        restart: restarts_pods(set, ctx.config.restart_pods_for_resize),
+        restart: restart::opted_in(set, ctx.config.restart_pods_for_resize),
         rolling: rollout.rolling,
         partition: rollout.partition,
         max_unavailable: rollout.max_unavailable,

@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::FutureExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
@@ -22,7 +21,7 @@ use kube::api::PostParams;
 use serde_json::json;
 
 use crate::support::pods::PodTracker;
-use crate::support::wait::step;
+use crate::support::wait::{self, step};
 use crate::support::{Scenario, Scope, ServeOptions, USER, actors, eventually, install, objects};
 
 pub fn opt_out_during_refusal() -> Scenario {
@@ -76,6 +75,31 @@ fn evictions(metrics: &str) -> BTreeMap<String, f64> {
     out
 }
 
+/// Three ready replicas of `db` with bound 1Gi claims, and its budget (all three healthy)
+/// allowing `allowed` disruptions.
+async fn ready_under_budget(
+    client: &kube::Client,
+    ns: &str,
+    budgets: &Api<PodDisruptionBudget>,
+    allowed: i32,
+) -> anyhow::Result<()> {
+    wait::ready_with_bound_claims(client, ns, "db", "data", REPLICAS, "1Gi").await?;
+    eventually(
+        &format!("the budget allowing {allowed} disruption(s)"),
+        Duration::from_secs(60),
+        || async {
+            let status = budgets.get("db").await?.status.unwrap_or_default();
+            anyhow::ensure!(
+                status.current_healthy == Some(REPLICAS as i32)
+                    && status.disruptions_allowed == Some(allowed),
+                "budget status {status:?}"
+            );
+            Ok(())
+        },
+    )
+    .await
+}
+
 async fn body(scope: Scope) -> anyhow::Result<()> {
     let s = scope.scenario;
     let ns = scope.ns.clone();
@@ -121,7 +145,6 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
         )
     };
     apply("1Gi")?;
-    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let sizes = || async {
         let mut out = Vec::new();
@@ -134,31 +157,7 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
         }
         anyhow::Ok(out)
     };
-    eventually(
-        "3 ready replicas with bound 1Gi claims, the budget allowing one disruption",
-        Duration::from_secs(120),
-        || async {
-            let set = sets.get("db").await?;
-            let ready = set
-                .status
-                .as_ref()
-                .and_then(|s| s.ready_replicas)
-                .unwrap_or(0);
-            anyhow::ensure!(ready == REPLICAS as i32, "{ready} of {REPLICAS} ready");
-            let got = sizes().await?;
-            anyhow::ensure!(
-                got.iter().all(|(_, c)| c.as_deref() == Some("1Gi")),
-                "claims {got:?}"
-            );
-            let status = budgets.get("db").await?.status.unwrap_or_default();
-            anyhow::ensure!(
-                status.disruptions_allowed == Some(1),
-                "budget status {status:?}"
-            );
-            Ok(())
-        },
-    )
-    .await?;
+    ready_under_budget(&client, &ns, &budgets, 1).await?;
 
     step(
         s,
@@ -310,36 +309,8 @@ async fn opt_out_body(scope: Scope) -> anyhow::Result<()> {
         )
     };
     apply("1Gi", "true")?;
-    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    eventually(
-        "3 ready replicas with bound 1Gi claims, the budget allowing no disruption",
-        Duration::from_secs(120),
-        || async {
-            let set = sets.get("db").await?;
-            let ready = set
-                .status
-                .as_ref()
-                .and_then(|s| s.ready_replicas)
-                .unwrap_or(0);
-            anyhow::ensure!(ready == REPLICAS as i32, "{ready} of {REPLICAS} ready");
-            for n in 0..REPLICAS {
-                let claim = claims.get(&format!("data-db-{n}")).await?;
-                anyhow::ensure!(
-                    objects::claim_capacity(&claim).as_deref() == Some("1Gi"),
-                    "data-db-{n} not bound yet"
-                );
-            }
-            let status = budgets.get("db").await?.status.unwrap_or_default();
-            anyhow::ensure!(
-                status.current_healthy == Some(REPLICAS as i32)
-                    && status.disruptions_allowed == Some(0),
-                "budget status {status:?}"
-            );
-            Ok(())
-        },
-    )
-    .await?;
+    ready_under_budget(&client, &ns, &budgets, 0).await?;
     let tracker = PodTracker::watch(&scope, &ns, "db", REPLICAS);
     eventually("the pod watch listed", Duration::from_secs(10), || async {
         anyhow::ensure!(tracker.listed(), "not yet");
