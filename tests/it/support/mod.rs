@@ -3,6 +3,7 @@
 // Each test module uses a different part of the fake server's API.
 #[allow(dead_code)]
 pub mod admission_hook;
+pub mod churn;
 #[allow(dead_code)]
 pub mod controller;
 #[allow(dead_code)]
