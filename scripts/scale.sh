@@ -11,17 +11,44 @@
 # apiserver_request_total (the table's write columns then read n/a).
 #
 #   scripts/scale.sh [small|large|both] [REPEATS]      (default: both, 1)
+#   scripts/scale.sh writes [small|large]               (default: large)
+#
+# `writes` runs the write budget benchmark instead (scale::write_budget_benchmark): serve at
+# the default write limit against a platform's cluster (half the sets InPlace, 1 % with an
+# unready pod, 1 % with a claim that cannot follow its template), the writes to sets at first
+# contact per set and by kind, then ours per built-in status write while the sets with
+# minReadySeconds churn under the simulated built-in controller. It counts writes, which do
+# not depend on the build profile: it runs the dev build unless SCALE_PROFILE=release.
+# WRITE_BUDGET_BIN runs another build of serve (e.g. a copy of an earlier commit's) against
+# the same cluster; SCALE_SERVE_ARGS adds flags to it, WRITE_BUDGET_SERVE_LOG=FILE keeps its log.
 #
 # Environment: SCALE_FIRST_SECS (90) and SCALE_STEADY_SECS (60) set the windows;
 # SCALE_SERVE_ARGS adds flags to serve (e.g. "--controller=false" to measure the webhook's
 # view alone). Runs niced, one size at a time; the results go to stdout and target/scale/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == writes ]]; then
+  size=${2:-large}
+  profile=()
+  [[ "${SCALE_PROFILE:-dev}" == release ]] && profile=(--release)
+  out=target/scale
+  mkdir -p "$out"
+  echo "== machine"
+  date -u +%Y-%m-%dT%H:%MZ
+  echo "nproc: $(nproc); $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo); $(rustc --version)"
+  echo "commit: $(git rev-parse --short HEAD); profile: ${SCALE_PROFILE:-dev}"
+  nice -n 10 cargo test "${profile[@]}" --locked --test it --no-run
+  echo "== load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  SCALE_SIZES=$size nice -n 10 cargo test "${profile[@]}" --locked --test it scale::write_budget_benchmark \
+    -- --ignored --nocapture --test-threads 1 2>&1 | tee "$out/writes.txt" \
+    | grep -E '^\||^    |^seeded|^==|^every set|^writes to sets'
+  exit 0
+fi
 case "${1:-both}" in
   small) sizes=small ;;
   large) sizes=large ;;
   both) sizes=small,large ;;
-  *) echo "usage: $0 [small|large|both] [REPEATS]" >&2; exit 2 ;;
+  *) echo "usage: $0 [small|large|both] [REPEATS] | $0 writes [small|large]" >&2; exit 2 ;;
 esac
 repeats=${2:-1}
 out=target/scale

@@ -415,6 +415,10 @@ pub struct ControllerArgs {
     /// Maintain Available and Progressing conditions on StatefulSets.
     #[arg(long, env = "STATEFUL_ADMISSION_STATEFULSET_CONDITIONS", default_value_t = true, action = clap::ArgAction::Set)]
     pub statefulset_conditions: bool,
+    /// Least time between two writes of one StatefulSet's conditions: what changes within it
+    /// is written at its end, the latest only (0s: each change at once).
+    #[arg(long, env = "STATEFUL_ADMISSION_STATEFULSET_CONDITIONS_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub statefulset_conditions_interval: Duration,
     /// How often a convergence in flight (set being deleted, journal whose set is gone) is
     /// looked at again.
     #[arg(long, env = "STATEFUL_ADMISSION_CONVERGE_POLL", default_value = "1s", value_parser = parse_duration)]
@@ -496,6 +500,7 @@ impl ControllerArgs {
             converge_poll: self.converge_poll,
             restart_pods_for_resize: self.restart_pods_for_resize,
             resize_restart_grace: self.resize_restart_grace,
+            conditions_interval: self.statefulset_conditions_interval,
             mode: match self.controller_mode {
                 ControllerModeArg::Enforce => executor::Mode::Enforce,
                 ControllerModeArg::Observe => executor::Mode::Observe,

@@ -92,7 +92,13 @@ pub struct ControllerConfig {
     pub restart_pods_for_resize: bool,
     /// How long a claim waits at `FileSystemResizePending` before its pod is restarted.
     pub resize_restart_grace: Duration,
+    /// Least time between two writes of one set's conditions: news within it is written at its
+    /// end, the latest only (see `conditions::pace`).
+    pub conditions_interval: Duration,
 }
+
+/// Default of [`ControllerConfig::conditions_interval`].
+pub const DEFAULT_CONDITIONS_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Default for ControllerConfig {
     fn default() -> Self {
@@ -107,6 +113,7 @@ impl Default for ControllerConfig {
             mode: executor::Mode::Enforce,
             restart_pods_for_resize: false,
             resize_restart_grace: crate::rollout::restart::DEFAULT_GRACE,
+            conditions_interval: DEFAULT_CONDITIONS_INTERVAL,
         }
     }
 }

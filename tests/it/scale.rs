@@ -1,7 +1,9 @@
 //! The controller against a seeded cluster: how many watches it opens and how many writes it
 //! sends at first contact and at steady state (small, fast tests that pin today's numbers),
-//! and the scale benchmark (`scripts/scale.sh`: the release binary against 10,000 claims /
-//! 2,000 StatefulSets and 50,000 / 10,000; results in BENCHMARKS.md).
+//! the scale benchmark (`scripts/scale.sh`: the release binary against 10,000 claims /
+//! 2,000 StatefulSets and 50,000 / 10,000; results in BENCHMARKS.md), and the write budget
+//! benchmark beside it (`scripts/scale.sh writes`: writes per set at first contact with a
+//! platform's 10,000 sets, and ours per built-in status write under pod churn).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -11,9 +13,11 @@ use serde_json::{Value, json};
 
 use crate::serve_cluster::kubeconfig;
 use crate::serve_tls::Served;
+use crate::support::churn::{SetWrites, set_writes};
 use crate::support::controller::{RunningController, config, eventually};
 use crate::support::fake_apiserver::{FakeApiConfig, FakeApiServer, WriteRecord, resources};
-use crate::support::scale_cluster::{ScalePlan, ScaleSize};
+use crate::support::scale_cluster::{Mix, ScalePlan, ScaleSize};
+use crate::support::statefulset_sim::{SimConfig, StatefulSetSim, set_pod_ready};
 use stateful_admission::controller::Features;
 
 /// A few hundred objects: 24 sets (1–3 templates), 100 claims, their pods, 4 classes.
@@ -23,6 +27,20 @@ const TINY: ScaleSize = ScaleSize {
     classes: 4,
     sets_per_namespace: 8,
     seed: 7,
+    mix: Mix::HEALTHY,
+};
+
+/// [`TINY`] as a platform has it: every other set `InPlace` (claims matching), sets 4, 12 and
+/// 20 with an unready pod, sets 7, 15 and 23 with a claim that cannot follow its template.
+const TINY_PLATFORM: ScaleSize = ScaleSize {
+    mix: Mix {
+        in_place: 2,
+        unready: 8,
+        incompatible: 8,
+        min_ready_seconds: 0,
+        min_ready_every: 0,
+    },
+    ..TINY
 };
 
 fn json_size(v: &Value) -> usize {
@@ -141,41 +159,87 @@ fn by_target(
     })
 }
 
-fn has_conditions(set: &Value) -> bool {
-    set["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Available"))
+/// Successful StatefulSet reconciles in a metrics text (prefixed or not).
+fn set_reconciles(metrics: &str) -> usize {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.contains("controller_reconciles_total{")
+                && l.contains(r#"controller="statefulset""#)
+                && l.contains(r#"result="success""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as usize)
+        .sum()
 }
 
-/// First contact with a steady cluster of 24 sets: one write per set (its conditions, in a
-/// status patch; no progress record for a set the built-in controller completed), and at
-/// steady state nothing but the Lease renewals.
+/// Writes to each StatefulSet (its own or its status, not dry runs) by `namespace/name`.
+fn writes_per_set(
+    api: &FakeApiServer,
+    window: impl Fn(&WriteRecord) -> bool,
+) -> BTreeMap<String, usize> {
+    api.tally_writes(|w| {
+        (window(w)
+            && !w.dry_run
+            && w.resource
+                .is_some_and(|r| std::ptr::eq(r, &resources::STATEFULSETS)))
+        .then(|| {
+            format!(
+                "{}/{}",
+                w.namespace.as_deref().unwrap_or_default(),
+                w.name.as_deref().unwrap_or_default()
+            )
+        })
+    })
+}
+
+/// First contact with a platform's 24 sets: a set is written at most once, and only where
+/// something of ours has news — the conditions of the three sets with an unready pod, the claim
+/// status of the three with a claim that cannot follow its template. The healthy ones, half of
+/// them `InPlace` with claims matching their templates, get nothing: their conditions would
+/// say what their status says (`Available=True`, `RolloutComplete`). At steady state nothing
+/// but the Lease renewals.
 #[tokio::test(flavor = "multi_thread")]
 async fn at_most_one_write_per_set_at_first_contact_and_none_at_steady_state() {
     let api = FakeApiServer::start().await;
-    let plan = ScalePlan::new(TINY);
+    let plan = ScalePlan::new(TINY_PLATFORM);
     api.seed(plan.objects());
     let controller = RunningController::start(&api, config("replica-0", Features::default()));
-    let all_written = api
-        .wait_for(
-            |s| {
-                s.list_objects(&resources::STATEFULSETS)
-                    .iter()
-                    .all(|set| has_conditions(set))
-            },
-            Duration::from_secs(30),
-        )
-        .await;
-    assert!(all_written.is_ok(), "every set gets its conditions");
+    assert!(
+        eventually(Duration::from_secs(30), || set_reconciles(
+            &controller.metrics()
+        ) >= plan.sets.len())
+        .await,
+        "every set is looked at"
+    );
+    let status_of = |i: usize| {
+        let set = &plan.sets[i];
+        api.get_object(&resources::STATEFULSETS, &set.namespace, &set.name)
+            .unwrap_or_default()
+    };
+    let news = |set: &Value| {
+        set["metadata"]["annotations"]["stateful-admission.io/volume-claim-status"].is_string()
+            || has_conditions(set)
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || [4, 7, 12, 15, 20, 23]
+            .iter()
+            .all(|i| news(&status_of(*i))))
+        .await,
+        "the sets with news are written"
+    );
     // The reconciles the controller's own writes trigger have finished (its resync is 30 s:
     // every set nudged).
     controller.nudge_all_and_settle(&api).await;
     let contact_end = api.uptime();
     let first = by_target(&api, |w| {
-        w.at < contact_end && !w.target().starts_with("leases")
+        w.at < contact_end && !w.target().starts_with("leases") && !w.target().starts_with("events")
     });
     let expected: BTreeMap<String, usize> = [
-        ("statefulsets.apps/status patch stateful-admission", 24),
+        // The conditions of the sets with an unready pod.
+        ("statefulsets.apps/status patch stateful-admission", 3),
+        // The claim status of the sets with a claim that cannot follow its template.
+        ("statefulsets.apps patch stateful-admission", 3),
         // The capability probes: dry-run creates of a StatefulSet and a claim.
         ("statefulsets.apps create (dry run) stateful-admission", 1),
         (
@@ -187,6 +251,20 @@ async fn at_most_one_write_per_set_at_first_contact_and_none_at_steady_state() {
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     assert_eq!(first, expected, "writes at first contact");
+    let per_set = writes_per_set(&api, |w| w.at < contact_end);
+    assert!(per_set.values().all(|n| *n == 1), "{per_set:?}");
+    for (i, set) in plan.sets.iter().enumerate() {
+        let written = per_set.contains_key(&format!("{}/{}", set.namespace, set.name));
+        let mix = TINY_PLATFORM.mix;
+        assert_eq!(
+            written,
+            mix.is_unready(i) || mix.is_incompatible(i),
+            "set {i} ({})",
+            set.name
+        );
+        let stored = status_of(i);
+        assert_eq!(has_conditions(&stored), mix.is_unready(i), "set {i}");
+    }
 
     // Every set looked at again since, nothing to write; and the Lease renewed meanwhile.
     controller.nudge_all_and_settle(&api).await;
@@ -213,6 +291,12 @@ async fn at_most_one_write_per_set_at_first_contact_and_none_at_steady_state() {
     );
     assert!(leases > 0, "the Lease is renewed");
     controller.stop().await;
+}
+
+fn has_conditions(set: &Value) -> bool {
+    set["status"]["conditions"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Available"))
 }
 
 /// The process watches each kind once: the webhook and every controller feature read one
@@ -764,4 +848,338 @@ async fn scale_benchmark() {
             );
         }
     }
+}
+
+// --- the write budget benchmark ----------------------------------------------------------
+
+/// The text of `serve`'s `/metrics` (empty when it cannot be read).
+async fn serve_metrics(client: &reqwest::Client, served: &Served) -> String {
+    match client.get(served.probe_url("/metrics")).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// One phase of churn on `sets`: each set runs `script` of (pod ordinal, ready, pause after)
+/// on its own (all sets at once); then the phase lasts at least `settle` more and until
+/// neither the built-in controller nor we wrote to these sets for `quiet` (a loaded machine
+/// delays reactions: what a phase causes is counted in it). Returns the writes counted from
+/// the log, and how long the script took.
+async fn churn_phase(
+    api: &FakeApiServer,
+    kubelet: &kube::Client,
+    sets: &[(String, String)],
+    script: &[(u32, bool, Duration)],
+    settle: Duration,
+    quiet: Duration,
+) -> (SetWrites, Duration) {
+    let from = api.uptime();
+    let started = Instant::now();
+    futures::future::join_all(sets.iter().map(|(ns, name)| async move {
+        for (ordinal, ready, pause) in script {
+            set_pod_ready(kubelet, ns, &format!("{name}-{ordinal}"), *ready).await;
+            tokio::time::sleep(*pause).await;
+        }
+    }))
+    .await;
+    let took = started.elapsed();
+    tokio::time::sleep(settle).await;
+    let last_write = || {
+        api.write_records()
+            .iter()
+            .rev()
+            .find(|w| {
+                w.resource
+                    .is_some_and(|r| std::ptr::eq(r, &resources::STATEFULSETS))
+                    && sets.iter().any(|(ns, name)| {
+                        w.namespace.as_deref() == Some(ns.as_str())
+                            && w.name.as_deref() == Some(name.as_str())
+                    })
+            })
+            .map(|w| w.at)
+    };
+    while last_write().is_some_and(|at| api.uptime().saturating_sub(at) < quiet) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (set_writes(api, from, sets), took)
+}
+
+/// `scripts/scale.sh writes`: `serve` (the binary of this build, or `WRITE_BUDGET_BIN`, e.g.
+/// a copy of an earlier build's) at the default write limit against the fake API server seeded
+/// with a platform's cluster ([`Mix::PLATFORM`], 10,000 sets by default, `SCALE_SIZES=small`
+/// for 2,000). Reports the writes to sets at first contact (per set, by kind, how long they
+/// take), then our writes per built-in status write while the sets with `minReadySeconds`
+/// churn under the simulated built-in controller: pods turning unready and ready slowly
+/// (each turn is news), in bursts within the conditions interval, and flapping faster than
+/// `minReadySeconds` (`readyReplicas` moves, nothing the conditions say does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "write budget benchmark: scripts/scale.sh writes"]
+async fn write_budget_benchmark() {
+    let base = match std::env::var("SCALE_SIZES").as_deref() {
+        Ok("small") => ScaleSize::SMALL,
+        _ => ScaleSize::LARGE,
+    };
+    let size = ScaleSize {
+        mix: Mix::PLATFORM,
+        ..base
+    };
+    let plan = ScalePlan::new(size);
+    let api = FakeApiServer::start_with(FakeApiConfig {
+        request_log_limit: 1,
+        ..FakeApiConfig::default()
+    })
+    .await;
+    let seeded = api.seed(plan.objects());
+    let mix = size.mix;
+    let count = |f: &dyn Fn(usize) -> bool| (0..plan.sets.len()).filter(|i| f(*i)).count();
+    println!(
+        "seeded {seeded} objects: {} claims, {} sets ({} InPlace, {} with an unready pod, {} with a claim that cannot follow its template, {} with minReadySeconds {}), {} pods",
+        size.claims,
+        size.sets,
+        count(&|i| mix.is_in_place(i)),
+        count(&|i| mix.is_unready(i)),
+        count(&|i| mix.is_incompatible(i)),
+        count(&|i| mix.min_ready(i).is_some()),
+        mix.min_ready_seconds,
+        plan.pods()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config_path = dir.path().join("kubeconfig");
+    std::fs::write(&config_path, kubeconfig(&api)).expect("kubeconfig");
+    let certs = dir.path().join("certs");
+    let binary = std::env::var("WRITE_BUDGET_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_stateful-admission").to_owned());
+    let extra: Vec<String> = std::env::var("SCALE_SERVE_ARGS")
+        .map(|a| a.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let mut args = vec![
+        "--self-signed",
+        "--self-signed-dir",
+        certs.to_str().expect("path"),
+        "--controller-namespace",
+        "stateful-admission",
+        "--controller-identity",
+        "write-budget",
+        // A dev build holding 10,000 sets on two shared cores can miss a renewal while a
+        // resync pass runs; a lost term is a pass over every set again. Longer Lease timings
+        // keep one term for the whole run; they change no write.
+        "--lease-duration",
+        "60s",
+        "--renew-deadline",
+        "45s",
+        "--retry-period",
+        "5s",
+    ];
+    args.extend(extra.iter().map(String::as_str));
+    let origin = api.uptime();
+    let started = Instant::now();
+    let served = Served::start_binary(
+        &binary,
+        &args,
+        &[("KUBECONFIG", config_path.to_str().expect("path"))],
+    );
+    let client = reqwest::Client::new();
+    let limit = env_secs("WRITE_BUDGET_FIRST_CONTACT_MAX_SECS", 1800);
+    // First contact is over once every set was looked at and no set was written for 15 s.
+    let set_write = |w: &WriteRecord| {
+        w.at >= origin
+            && !w.dry_run
+            && w.resource
+                .is_some_and(|r| std::ptr::eq(r, &resources::STATEFULSETS))
+    };
+    let mut looked_at = None;
+    loop {
+        assert!(started.elapsed() < limit, "first contact within {limit:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let metrics = serve_metrics(&client, &served).await;
+        if looked_at.is_none() && set_reconciles(&metrics) >= plan.sets.len() {
+            looked_at = Some(started.elapsed());
+        }
+        let last = api
+            .write_records()
+            .iter()
+            .rev()
+            .find(|w| set_write(w))
+            .map(|w| w.at);
+        let quiet_since = last.map_or(api.uptime() - origin, |at| api.uptime() - at);
+        if looked_at.is_some() && quiet_since >= Duration::from_secs(15) {
+            break;
+        }
+    }
+    let end = api.uptime();
+    let per_set = writes_per_set(&api, |w| w.at >= origin && w.at < end);
+    let total: usize = per_set.values().sum();
+    let max = per_set.values().copied().max().unwrap_or(0);
+    let last_write = api
+        .write_records()
+        .iter()
+        .filter(|w| set_write(w))
+        .map(|w| w.at.saturating_sub(origin))
+        .max()
+        .unwrap_or_default();
+    let kinds = by_target(&api, |w| w.at >= origin && w.at < end);
+    let index: BTreeMap<String, usize> = plan
+        .sets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("{}/{}", s.namespace, s.name), i))
+        .collect();
+    let mut written_by_kind: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for (set, i) in &index {
+        let kind = if mix.is_unready(*i) {
+            "unready pod"
+        } else if mix.is_incompatible(*i) {
+            "claim that cannot follow"
+        } else if mix.is_in_place(*i) {
+            "healthy, InPlace"
+        } else {
+            "healthy"
+        };
+        let entry = written_by_kind.entry(kind).or_default();
+        entry.0 += 1;
+        entry.1 += per_set.get(set).copied().unwrap_or(0);
+    }
+    println!("== first contact ({binary})");
+    println!(
+        "every set looked at after {:.1} s; last write to a set {:.1} s after start",
+        looked_at.unwrap_or_default().as_secs_f64(),
+        last_write.as_secs_f64()
+    );
+    println!(
+        "| sets | writes to sets | sets written | writes per set | most to one set | at 20/s |"
+    );
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| {} | {total} | {} | {:.3} | {max} | {:.0} s |",
+        plan.sets.len(),
+        per_set.len(),
+        total as f64 / plan.sets.len() as f64,
+        total as f64 / 20.0
+    );
+    for (kind, (sets, writes)) in &written_by_kind {
+        println!("    {kind}: {sets} sets, {writes} writes");
+    }
+    for (target, n) in &kinds {
+        println!("    {target}: {n}");
+    }
+
+    // Steady state: nothing but the Lease.
+    let quiet_from = api.uptime();
+    tokio::time::sleep(env_secs("WRITE_BUDGET_STEADY_SECS", 30)).await;
+    let steady = api.count_writes(|w| w.at >= quiet_from && set_write(w));
+    println!(
+        "writes to sets in the next {} s: {steady}",
+        (api.uptime() - quiet_from).as_secs()
+    );
+
+    // Churn, on the sets with minReadySeconds, all at once.
+    let churned: Vec<(String, String)> = plan
+        .sets
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| mix.min_ready(*i).is_some() && !mix.is_unready(*i) && s.replicas >= 1)
+        .map(|(_, s)| (s.namespace.clone(), s.name.clone()))
+        .collect();
+    let sims: Vec<StatefulSetSim> = churned
+        .iter()
+        .map(|(ns, name)| {
+            StatefulSetSim::start(
+                &api,
+                ns,
+                name,
+                SimConfig {
+                    tick: Duration::from_millis(250),
+                    ..SimConfig::default()
+                },
+                false,
+            )
+        })
+        .collect();
+    // What the sims write at start (nothing where the seeded status is consistent).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kubelet = api.client();
+    let min_ready = Duration::from_secs(mix.min_ready_seconds);
+    let s = Duration::from_secs;
+    let ms = Duration::from_millis;
+    let mut slow_script = Vec::new();
+    for _ in 0..3 {
+        slow_script.push((0, false, s(2)));
+        slow_script.push((0, true, min_ready + s(3)));
+    }
+    // Quiet for three intervals of the conditions (1 s): nothing more comes of the phase.
+    let quiet = s(3);
+    let slow = churn_phase(&api, &kubelet, &churned, &slow_script, s(1), quiet).await;
+    let burst_script: Vec<(u32, bool, Duration)> =
+        (0..8).map(|i| (0, i % 2 == 1, ms(60))).collect();
+    let burst = churn_phase(
+        &api,
+        &kubelet,
+        &churned,
+        &burst_script,
+        min_ready + s(2),
+        quiet,
+    )
+    .await;
+    let before_flaps =
+        churn_phase(&api, &kubelet, &churned, &[(0, false, s(2))], s(1), quiet).await;
+    let flap_script: Vec<(u32, bool, Duration)> =
+        (0..6).map(|i| (0, i % 2 == 0, ms(300))).collect();
+    let flaps = churn_phase(&api, &kubelet, &churned, &flap_script, s(1), quiet).await;
+    let after_flaps = churn_phase(
+        &api,
+        &kubelet,
+        &churned,
+        &[(0, true, min_ready + s(3))],
+        s(1),
+        quiet,
+    )
+    .await;
+    for sim in sims {
+        sim.stop().await;
+    }
+    // serve's log, for a closer look (`SCALE_SERVE_ARGS="--log-level debug"`).
+    if let Ok(path) = std::env::var("WRITE_BUDGET_SERVE_LOG") {
+        std::fs::write(&path, served.logs().join("\n")).expect("the log is written");
+    }
+    println!(
+        "== churn on {} sets with minReadySeconds {} (our writes: status patches and writes to the set, every one sent)",
+        churned.len(),
+        mix.min_ready_seconds
+    );
+    println!("| phase | turns took | built-in status writes | ours | ours per built-in write |");
+    println!("|---|---|---|---|---|");
+    let mut all = SetWrites::default();
+    for (phase, (w, took)) in [
+        ("unready / ready, 2 s and 6 s apart (each turn news)", slow),
+        ("8 turns 60 ms apart (within the 1 s interval)", burst),
+        ("one pod unready (news)", before_flaps),
+        (
+            "6 turns 300 ms apart, within minReadySeconds (no news)",
+            flaps,
+        ),
+        (
+            "ready for good, available after minReadySeconds",
+            after_flaps,
+        ),
+    ] {
+        println!(
+            "| {phase} | {:.1} s | {} | {} ({} status, {} set) | {:.2} |",
+            took.as_secs_f64(),
+            w.builtin,
+            w.ours(),
+            w.ours_status,
+            w.ours_set,
+            w.ratio()
+        );
+        all.builtin += w.builtin;
+        all.ours_status += w.ours_status;
+        all.ours_set += w.ours_set;
+    }
+    println!(
+        "| all | | {} | {} | {:.2} |",
+        all.builtin,
+        all.ours(),
+        all.ratio()
+    );
+    drop(served);
 }

@@ -29,7 +29,12 @@ impl Served {
     }
 
     pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Served {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stateful-admission"))
+        Self::start_binary(env!("CARGO_BIN_EXE_stateful-admission"), args, env)
+    }
+
+    /// [`Self::start_with_env`] with another build of the binary (a benchmark's baseline).
+    pub(crate) fn start_binary(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Served {
+        let mut child = Command::new(binary)
             .envs(env.iter().copied())
             .args([
                 "serve",

@@ -1,6 +1,7 @@
 //! `Available` and `Progressing` on StatefulSets (KEP-2804) end to end: the controller
 //! against the fake API server, with the built-in StatefulSet controller simulated by
-//! status rewrites that drop every condition, as the real one does on each status write.
+//! status rewrites that drop every condition, as the real one does on each status write
+//! (by hand, or by [`StatefulSetSim`] for pods that come, go and turn ready and unready).
 
 use std::time::Duration;
 
@@ -11,9 +12,11 @@ use stateful_admission::controller::{ControllerConfig, Features};
 use stateful_admission::names;
 
 use crate::support::barrier::BARRIER_WAIT;
+use crate::support::churn::{SetWrites, builtin_write_times, set_writes};
 use crate::support::controller::{RunningController, config, eventually, no_features};
 use crate::support::fake_apiserver::FakeApiServer;
 use crate::support::fake_apiserver::resources::STATEFULSETS;
+use crate::support::statefulset_sim::{SimConfig, StatefulSetSim, set_pod_ready};
 
 const NS: &str = "default";
 
@@ -27,6 +30,14 @@ fn settings(resync: Duration) -> ControllerConfig {
     );
     c.resync = resync;
     c
+}
+
+/// [`settings`], writing each change of the conditions at once.
+fn uncoalesced(resync: Duration) -> ControllerConfig {
+    ControllerConfig {
+        conditions_interval: Duration::ZERO,
+        ..settings(resync)
+    }
 }
 
 fn status(
@@ -299,18 +310,26 @@ async fn a_rollout_stuck_past_its_deadline() {
         Some(since)
     );
 
-    // One warning, however often the set is looked at or its status rewritten.
+    // One warning, however often the set is looked at or its status rewritten. A rewrite
+    // that changes nothing the conditions say removes them and they stay off: the user was
+    // told, and the record keeps the stall (`status` reads it).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = status_patches(&api);
     for _ in 0..3 {
         builtin_writes_status(&api, "db", status(2, 3, 3, 1, "db-1", "db-2"));
-        expect_condition(
-            &api,
-            "db",
-            "Progressing",
-            "False",
-            "ProgressDeadlineExceeded",
-        )
-        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(condition(&api, "db", "Progressing"), None);
     }
+    assert_eq!(status_patches(&api) - before, 0, "none of ours");
+    let stalled_record = api
+        .get::<StatefulSet>(NS, "db")
+        .and_then(|s| s.metadata.annotations)
+        .and_then(|a| a.get(names::PROGRESS).cloned())
+        .unwrap_or_default();
+    assert!(
+        stalled_record.contains(r#""progressing":{"status":"False""#),
+        "{stalled_record}"
+    );
     let warned = events(&api, "ProgressDeadlineExceeded");
     assert_eq!(warned.len(), 1);
     assert_eq!(warned[0].type_.as_deref(), Some("Warning"));
@@ -402,11 +421,15 @@ async fn sets_past_their_deadline_are_counted_until_they_progress_or_go() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn conditions_dropped_by_a_foreign_status_write_return_promptly() {
+async fn conditions_dropped_by_a_foreign_status_write_return_promptly_where_they_have_news() {
     const TRIALS: usize = 50;
     let api = FakeApiServer::start().await;
-    create_set(&api, "web", json!({}), status(1, 3, 3, 3, "web-1", "web-1"));
-    let controller = RunningController::start(&api, settings(Duration::from_secs(600)));
+    // Written at first contact: one replica is not available.
+    create_set(&api, "web", json!({}), status(1, 3, 2, 3, "web-1", "web-1"));
+    let controller = RunningController::start(&api, uncoalesced(Duration::from_secs(600)));
+    expect_condition(&api, "web", "Available", "False", "ReplicasUnavailable").await;
+    expect_condition(&api, "web", "Progressing", "True", "WaitingForAvailability").await;
+    builtin_writes_status(&api, "web", status(1, 3, 3, 3, "web-1", "web-1"));
     expect_condition(&api, "web", "Progressing", "True", "RolloutComplete").await;
     // Every write of the first contact made and answered before counting.
     controller.nudge_and_settle(&api, NS, "web").await;
@@ -430,8 +453,8 @@ async fn conditions_dropped_by_a_foreign_status_write_return_promptly() {
     let mut absent = Vec::with_capacity(TRIALS);
     for trial in 0..TRIALS {
         let mut changes = api.subscribe();
-        // Alternate between a rewrite of the same numbers and one that changes them.
-        let ready = if trial % 2 == 0 { 3 } else { 2 };
+        // Each rewrite changes what Available says (2 of 3, then 3 of 3 again).
+        let ready = if trial % 2 == 0 { 2 } else { 3 };
         let wiped_at = tokio::time::Instant::now();
         let wipe = builtin_writes_status(&api, "web", status(1, 3, ready, 3, "web-1", "web-1"));
         // The set's next change after the wipe is the controller's: prompted by the wipe's
@@ -479,6 +502,11 @@ async fn conditions_dropped_by_a_foreign_status_write_return_promptly() {
     // Exactly one status patch per wipe, and no more once they are back (looked at since).
     controller.nudge_and_settle(&api, NS, "web").await;
     assert_eq!(status_patches(&api) - before, TRIALS);
+    // A rewrite that changes nothing they say (the same numbers): they stay off, no write.
+    builtin_writes_status(&api, "web", status(1, 3, 3, 3, "web-1", "web-1"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(condition(&api, "web", "Available"), None);
+    assert_eq!(status_patches(&api) - before, TRIALS);
     // Availability flapped on a settled set: no record is written, the transition times are
     // remembered in memory.
     let record_writes_after = metric(&controller, "statefulset_progress_record_writes_total");
@@ -494,6 +522,9 @@ async fn conditions_dropped_by_a_foreign_status_write_return_promptly() {
             .contains_key(names::PROGRESS),
         "no progress record on a set the built-in controller completed"
     );
+    // News again: back, with the transition time Progressing kept all along.
+    builtin_writes_status(&api, "web", status(1, 3, 2, 3, "web-1", "web-1"));
+    expect_condition(&api, "web", "Available", "False", "ReplicasUnavailable").await;
     assert_eq!(
         progressing_since(&api),
         since_before,
@@ -502,40 +533,191 @@ async fn conditions_dropped_by_a_foreign_status_write_return_promptly() {
     controller.stop().await;
 }
 
+/// Pods turning ready and unready under the simulated built-in controller (which rewrites
+/// the whole status, dropping ours, whenever a count moves): our writes to the sets, counted
+/// from the fake's write log, are at most the built-in controller's status writes, fewer
+/// where changes come faster than the interval, and none where what the conditions say does
+/// not change (a pod flapping within `minReadySeconds` moves `readyReplicas`, not
+/// `availableReplicas`).
 #[tokio::test(flavor = "multi_thread")]
-async fn no_writes_at_steady_state_over_500_sets() {
+async fn under_pod_churn_our_writes_are_at_most_the_builtin_controllers_and_none_without_news() {
+    const INTERVAL: Duration = Duration::from_secs(1);
+    let api = FakeApiServer::start().await;
+    for (name, min_ready) in [("flappy", 0), ("gated", 2)] {
+        api.put_object(json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": 3, "serviceName": name, "minReadySeconds": min_ready,
+                     "podManagementPolicy": "Parallel",
+                     "selector": {"matchLabels": {"app": name}},
+                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "c", "image": "v1"}]}}},
+        }));
+    }
+    let sims: Vec<StatefulSetSim> = ["flappy", "gated"]
+        .into_iter()
+        .map(|name| StatefulSetSim::start(&api, NS, name, SimConfig::default(), false))
+        .collect();
+    let controller = RunningController::start(
+        &api,
+        ControllerConfig {
+            conditions_interval: INTERVAL,
+            ..settings(Duration::from_secs(600))
+        },
+    );
+    for name in ["flappy", "gated"] {
+        expect_condition(&api, name, "Available", "True", "ReplicasAvailable").await;
+        expect_condition(&api, name, "Progressing", "True", "RolloutComplete").await;
+    }
+    let sets = |name: &str| vec![(NS.to_owned(), name.to_owned())];
+    let kubelet = api.client();
+    let quiet = || tokio::time::sleep(INTERVAL + Duration::from_millis(500));
+    quiet().await;
+    let mut totals = SetWrites::default();
+    let mut add = |phase: &str, w: SetWrites| {
+        println!("{phase}: {w}");
+        totals.builtin += w.builtin;
+        totals.ours_status += w.ours_status;
+        totals.ours_set += w.ours_set;
+        w
+    };
+
+    // Slowly: each turn is news (Available moves), each written once.
+    let from = api.uptime();
+    for _ in 0..4 {
+        for ready in [false, true] {
+            set_pod_ready(&kubelet, NS, "flappy-2", ready).await;
+            let (status, reason) = if ready {
+                ("True", "ReplicasAvailable")
+            } else {
+                ("False", "ReplicasUnavailable")
+            };
+            expect_condition(&api, "flappy", "Available", status, reason).await;
+            quiet().await;
+        }
+    }
+    let slow = add("slow churn", set_writes(&api, from, &sets("flappy")));
+    assert!(slow.builtin >= 8, "{slow}");
+    assert!(slow.ours() <= slow.builtin, "{slow}");
+    assert_eq!(slow.ours_set, 0, "no record for readiness: {slow}");
+
+    // A burst within the interval: the first change at once, the rest together at its end.
+    let from = api.uptime();
+    for flip in 0..10 {
+        set_pod_ready(&kubelet, NS, "flappy-1", flip % 2 == 1).await;
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    expect_condition(&api, "flappy", "Available", "True", "ReplicasAvailable").await;
+    quiet().await;
+    let burst = add("burst", set_writes(&api, from, &sets("flappy")));
+    let times = builtin_write_times(&api, from, &sets("flappy"));
+    let span = times
+        .last()
+        .zip(times.first())
+        .map_or(Duration::ZERO, |(l, f)| l.saturating_sub(*f));
+    // One at the first change, then at most one per interval while changes come, and one
+    // after the last.
+    let bound = 2 + usize::try_from(span.as_millis() / INTERVAL.as_millis()).unwrap_or(0);
+    assert!(
+        burst.ours() <= bound.min(burst.builtin),
+        "{burst}; bound {bound} over {span:?}"
+    );
+    assert!(burst.ours() < burst.builtin, "coalesced: {burst}");
+
+    // No news: gated-2 goes unready (news, written), then flaps faster than its
+    // minReadySeconds, so only readyReplicas moves; ours stay off and nothing is written.
+    set_pod_ready(&kubelet, NS, "gated-2", false).await;
+    expect_condition(&api, "gated", "Available", "False", "ReplicasUnavailable").await;
+    quiet().await;
+    let from = api.uptime();
+    for flip in 0..6 {
+        set_pod_ready(&kubelet, NS, "gated-2", flip % 2 == 0).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    quiet().await;
+    let unchanged = add("no news", set_writes(&api, from, &sets("gated")));
+    assert!(unchanged.builtin >= 4, "the flaps were seen: {unchanged}");
+    assert_eq!(unchanged.ours(), 0, "nothing new to say: {unchanged}");
+    assert_eq!(
+        condition(&api, "gated", "Available"),
+        None,
+        "removed by the built-in controller's writes, not put back"
+    );
+
+    // Ready for good: available after minReadySeconds, which is news again.
+    let from = api.uptime();
+    set_pod_ready(&kubelet, NS, "gated-2", true).await;
+    expect_condition(&api, "gated", "Available", "True", "ReplicasAvailable").await;
+    quiet().await;
+    let back = add("available again", set_writes(&api, from, &sets("gated")));
+    assert!(back.ours() <= back.builtin && back.ours() >= 1, "{back}");
+
+    println!("in all: {totals}");
+    assert!(totals.ours() <= totals.builtin, "{totals}");
+    controller.stop().await;
+    for sim in sims {
+        sim.stop().await;
+    }
+}
+
+/// First contact with 500 sets, one in ten with a replica unavailable: only those are
+/// written (their conditions, once each); the healthy ones say what their status says and get
+/// nothing. Then nothing at all over six resyncs.
+#[tokio::test(flavor = "multi_thread")]
+async fn first_contact_writes_only_sets_with_news_and_then_nothing_over_500_sets() {
     const SETS: usize = 500;
     let api = FakeApiServer::start().await;
+    let unavailable = |n: usize| n % 10 == 3;
     for n in 0..SETS {
         let name = format!("s{n}");
+        let ready = if unavailable(n) { 2 } else { 3 };
         create_set(
             &api,
             &name,
             json!({}),
-            status(1, 3, 3, 3, &format!("{name}-1"), &format!("{name}-1")),
+            status(1, 3, ready, 3, &format!("{name}-1"), &format!("{name}-1")),
         );
     }
     let resync = Duration::from_millis(500);
     let started = tokio::time::Instant::now();
     let controller = RunningController::start(&api, settings(resync));
-    let settled = eventually(Duration::from_secs(60), || {
-        api.list_objects(&STATEFULSETS).iter().all(|s| {
-            s.pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .is_some_and(|c| c.len() == 2)
-        })
-    })
-    .await;
-    assert!(settled, "every set gets its conditions");
+    let with_conditions = || {
+        api.list_objects(&STATEFULSETS)
+            .iter()
+            .filter(|s| {
+                s.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .is_some_and(|c| c.len() == 2)
+            })
+            .count()
+    };
+    let settled = eventually(Duration::from_secs(60), || with_conditions() >= SETS / 10).await;
+    assert!(settled, "the unavailable sets get their conditions");
     let took = started.elapsed();
-    // The request log follows the store by a moment.
-    assert!(eventually(Duration::from_secs(5), || object_writes(&api).len() >= SETS).await);
-    let first_pass = object_writes(&api).len();
-    println!("{SETS} sets settled in {took:?} with {first_pass} writes");
-    assert_eq!(first_pass, SETS, "one status write per set, no record");
-
-    // The first pass's reconciles all finished, their writes answered.
+    // Every set looked at, and those reconciles' writes answered.
+    assert!(
+        eventually(BARRIER_WAIT, || controller.reconciles() >= SETS as u64).await,
+        "every set is looked at"
+    );
     controller.settle().await;
+    let first_pass = object_writes(&api);
+    println!(
+        "{SETS} sets met in {took:?} with {} writes",
+        first_pass.len()
+    );
+    assert_eq!(first_pass.len(), SETS / 10, "{first_pass:?}");
+    assert!(
+        first_pass.iter().all(|w| w.ends_with("/status")),
+        "conditions only, no record: {first_pass:?}"
+    );
+    for n in 0..SETS {
+        let name = format!("s{n}");
+        let has = condition(&api, &name, "Available").is_some();
+        assert_eq!(has, unavailable(n), "{name}");
+    }
+    assert_eq!(with_conditions(), SETS / 10);
+
     api.clear_requests();
     let before = controller.reconciles();
     // Two rounds of every set's reconciles (resync 500 ms) started since.

@@ -16,8 +16,9 @@
 //!   waits for the garbage collector it plans from the terminating set, and while the set is
 //!   absent (deleted, not created again yet) from the object its journal creates, which
 //!   [`ClaimRollout::run_absent`] looks at since no set reconcile runs for an absent set.
-//! - Sets that never used the feature (no desired annotation, policy `OnDelete`, no status
-//!   annotation yet) get no status annotation: nothing is written to them.
+//! - The status annotation only where it tells something ([`status_wanted`]): a recorded
+//!   change, an in-place rollout with work, a claim that cannot follow its template. A set
+//!   whose claims match their templates, `InPlace` or not, is never written.
 
 pub(crate) mod assessment;
 pub(crate) mod basis;
@@ -478,11 +479,7 @@ async fn rollout(
             .get_or_create(&labels)
             .set(i64::try_from(plan.incompatible.len()).unwrap_or(i64::MAX));
     }
-    let in_use = settings.policy == ClaimUpdatePolicy::InPlace
-        || annotations(set).is_some_and(|a| {
-            a.contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES)
-                || a.contains_key(names::VOLUME_CLAIM_STATUS)
-        });
+    let in_use = status_wanted(set, settings.policy, &plan);
     metrics.set_in_progress(ns, name, in_use && plan.in_progress);
     let write_status = in_use && !held && snapshot.journal.is_none();
     let actions = rollout_actions(snapshot, &plan, write_status);
@@ -699,6 +696,36 @@ async fn restart_pods(
         Some(e) => Err(e),
         None => Ok(next),
     }
+}
+
+/// Whether `set`'s claim status is worth its annotation, a write to the set (KEP-4650 puts it
+/// in the status the built-in controller writes anyway; here each is a write every watcher of
+/// StatefulSets receives):
+/// - a claim change was recorded (`desired-volume-claim-templates`), or the annotation is
+///   there already (a change was recorded once, or an in-place rollout ran: kept current);
+/// - policy `InPlace` and the rollout has work: a claim to patch (now or once the budget or
+///   the update strategy lets it), or one updating;
+/// - a claim that cannot follow its template in place, whatever the policy: the user has to
+///   delete it (and its pod) for it to, and the Warning Events about it expire.
+///
+/// Not for a set whose claims match their templates, `InPlace` or not, nor for claims only
+/// waiting to be bound (a scale-up): nothing there is news, and installing on a cluster of
+/// healthy sets writes none of them.
+pub(crate) fn status_wanted(
+    set: &StatefulSet,
+    policy: ClaimUpdatePolicy,
+    plan: &plan::Plan,
+) -> bool {
+    let annotated = annotations(set).is_some_and(|a| {
+        a.contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES)
+            || a.contains_key(names::VOLUME_CLAIM_STATUS)
+    });
+    let rollout_has_work = !plan.steps.is_empty()
+        || !plan.held.is_empty()
+        || plan.status.iter().any(|t| t.updating > 0);
+    annotated
+        || !plan.incompatible.is_empty()
+        || (policy == ClaimUpdatePolicy::InPlace && rollout_has_work)
 }
 
 /// What a rollout plan does: a patch per planned step (each with its Events), a report of
@@ -1054,6 +1081,128 @@ mod tests {
             status::render(&plan().status)
         );
         assert!(status.on_done.is_empty(), "not complete yet");
+    }
+
+    #[test]
+    fn the_claim_status_is_wanted_only_where_it_tells_something() {
+        let set_with = |keys: &[&str]| {
+            let annotations: serde_json::Map<String, Value> = keys
+                .iter()
+                .map(|k| ((*k).to_owned(), Value::from("x")))
+                .collect();
+            serde_json::from_value::<StatefulSet>(json!({
+                "metadata": {"name": "web", "annotations": annotations},
+                "spec": {"selector": {}, "serviceName": "web", "template": {}},
+            }))
+            .expect("set")
+        };
+        let matching = plan::Plan {
+            status: vec![status::TemplateStatus {
+                name: "data".into(),
+                compatible: 2,
+                updating: 0,
+                over_sized: 1,
+                total_capacity: "3Gi".into(),
+                volume_attributes_class: None,
+                ..status::TemplateStatus::default()
+            }],
+            ..plan::Plan::default()
+        };
+        let updating = plan::Plan {
+            status: vec![status::TemplateStatus {
+                updating: 1,
+                ..matching.status[0].clone()
+            }],
+            in_progress: true,
+            ..matching.clone()
+        };
+        let held = plan::Plan {
+            held: vec![1],
+            in_progress: true,
+            ..matching.clone()
+        };
+        let waiting_to_bind = plan::Plan {
+            in_progress: true,
+            ..matching.clone()
+        };
+        let to_patch = plan::Plan {
+            steps: plan().steps,
+            in_progress: true,
+            ..matching.clone()
+        };
+        let incompatible = plan::Plan {
+            incompatible: plan().incompatible,
+            in_progress: true,
+            ..matching.clone()
+        };
+        let (in_place, on_delete) = (ClaimUpdatePolicy::InPlace, ClaimUpdatePolicy::OnDelete);
+        let plain = set_with(&[]);
+        let recorded = set_with(&[names::DESIRED_VOLUME_CLAIM_TEMPLATES]);
+        let reported = set_with(&[names::VOLUME_CLAIM_STATUS]);
+        // (what, set, policy, plan, wanted)
+        let cases = [
+            ("healthy, OnDelete", &plain, on_delete, &matching, false),
+            (
+                "healthy, InPlace: claims match",
+                &plain,
+                in_place,
+                &matching,
+                false,
+            ),
+            (
+                "InPlace, a claim only waiting to be bound",
+                &plain,
+                in_place,
+                &waiting_to_bind,
+                false,
+            ),
+            (
+                "InPlace, a claim to patch",
+                &plain,
+                in_place,
+                &to_patch,
+                true,
+            ),
+            (
+                "InPlace, a patch held by the budget",
+                &plain,
+                in_place,
+                &held,
+                true,
+            ),
+            (
+                "InPlace, a claim updating",
+                &plain,
+                in_place,
+                &updating,
+                true,
+            ),
+            (
+                "OnDelete, a claim updating by hand",
+                &plain,
+                on_delete,
+                &updating,
+                false,
+            ),
+            (
+                "a claim that cannot follow, OnDelete",
+                &plain,
+                on_delete,
+                &incompatible,
+                true,
+            ),
+            ("a change recorded", &recorded, on_delete, &matching, true),
+            (
+                "reported before: kept current",
+                &reported,
+                on_delete,
+                &matching,
+                true,
+            ),
+        ];
+        for (what, set, policy, plan, wanted) in cases {
+            assert_eq!(status_wanted(set, policy, plan), wanted, "{what}");
+        }
     }
 
     #[test]

@@ -1,18 +1,21 @@
 //! `Available` and `Progressing` conditions of StatefulSets (KEP-2804), with a progress
 //! deadline (`stateful-admission.io/progress-deadline-seconds`, default 600).
 //!
-//! The plan ([`plan`]) is pure; this module reads the set, writes what differs, and says
-//! when to look again. The built-in StatefulSet controller rebuilds `.status` on each of
-//! its writes and so drops these conditions; every such write reaches the set watch, whose
-//! reconcile puts them back (one status patch), and a reconcile that finds them present and
-//! equal writes nothing. The progress record goes to an annotation, which status writes do
-//! not touch.
+//! The plan ([`plan`]) and what of it goes out when ([`pace`]) are pure; this module reads
+//! the set, writes what [`pace`] lets out, remembers what it told, and says when to look
+//! again. The built-in StatefulSet controller rebuilds `.status` on each of its writes and so
+//! drops these conditions; its write reaches the set watch, whose reconcile puts them back
+//! only where what they say changed (one status patch, at most one per set per
+//! `--statefulset-conditions-interval`), and a reconcile that finds them present and saying
+//! the same writes nothing. The progress record goes to an annotation, which status writes
+//! do not touch.
 
+pub(crate) mod pace;
 pub(crate) mod plan;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
@@ -29,7 +32,7 @@ use super::executor::{self, Mode, Ran};
 use super::snapshot::SetSnapshot;
 use crate::cluster::ClusterView;
 use crate::names;
-pub(crate) use plan::{Decision, Phase, Remembered};
+pub(crate) use plan::{Decision, Phase, Progress, Remembered};
 
 /// The feature: its metrics, the sets past their deadline now, and what it remembers of sets
 /// without a progress record.
@@ -124,11 +127,12 @@ impl Collector for PastDeadline {
     }
 }
 
-/// What [`plan::Remembered`] keeps per set without a record, by namespace and name (with the
-/// set's uid, so that a re-created set starts afresh). Bounded by the sets that exist: entries
-/// of sets gone from the view are dropped whenever the map has doubled since the last sweep.
-/// Held compactly (a set's key and uid hashed, times as seconds): it has an entry for nearly
-/// every set of a cluster.
+/// What this process knows of each set it has looked at in this leadership term ([`Recalled`]),
+/// by namespace and name (with the set's uid, so that a re-created set starts afresh).
+/// Bounded by the sets that exist: entries of sets gone from the view are dropped whenever
+/// the map has doubled since the last sweep. Held compactly (a set's key and uid hashed, times
+/// as seconds, what the conditions said as a fingerprint): it has an entry for every set of a
+/// cluster.
 #[derive(Default)]
 pub(crate) struct Memory(Mutex<MemoryState>);
 
@@ -139,12 +143,28 @@ struct MemoryState {
     hasher: std::hash::RandomState,
 }
 
-/// One set's [`Remembered`], compact.
+/// One set's [`Recalled`], compact.
 struct Kept {
     uid: u64,
     available: Option<(Status, i64)>,
     progressing: Option<(Status, i64)>,
     completed: Option<Box<str>>,
+    told: Option<u64>,
+    written_at: Option<Instant>,
+    held: Option<Box<Progress>>,
+}
+
+/// What this process knows of a set beyond the object.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Recalled {
+    /// Transition times and the rollout last seen complete, for the plan.
+    pub remembered: Remembered,
+    /// What our conditions said when last written or found on the set ([`plan::said`]).
+    pub told: Option<u64>,
+    /// When this process last sent the set's conditions (written or refused).
+    pub written_at: Option<Instant>,
+    /// A record decided at first sight and not written yet ([`pace`]).
+    pub held: Option<Progress>,
 }
 
 /// A condition's status, as a byte.
@@ -204,36 +224,45 @@ impl Memory {
     }
 
     /// What was remembered of this set (this uid).
-    pub(crate) fn get(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Remembered> {
+    pub(crate) fn get(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Recalled> {
         let state = self.state();
         let kept = state.sets.get(&state.key(namespace, name))?;
-        (kept.uid == state.uid(uid)).then(|| Remembered {
-            available: unkeep(kept.available),
-            progressing: unkeep(kept.progressing),
-            completed: kept.completed.as_deref().map(str::to_owned),
+        (kept.uid == state.uid(uid)).then(|| Recalled {
+            remembered: Remembered {
+                available: unkeep(kept.available),
+                progressing: unkeep(kept.progressing),
+                completed: kept.completed.as_deref().map(str::to_owned),
+            },
+            told: kept.told,
+            written_at: kept.written_at,
+            held: kept.held.as_deref().cloned(),
         })
     }
 
-    /// Remembers this set's transitions; `None` forgets them (the set has a record).
+    /// Remembers this set; `None` forgets it.
     pub(crate) fn put(
         &self,
         view: &ClusterView,
         namespace: &str,
         name: &str,
         uid: Option<&str>,
-        remembered: Option<Remembered>,
+        recalled: Option<Recalled>,
     ) {
         let mut state = self.state();
         let key = state.key(namespace, name);
-        let Some(remembered) = remembered else {
+        let Some(recalled) = recalled else {
             state.sets.remove(&key);
             return;
         };
+        let remembered = recalled.remembered;
         let kept = Kept {
             uid: state.uid(uid),
             available: remembered.available.as_ref().and_then(keep),
             progressing: remembered.progressing.as_ref().and_then(keep),
             completed: remembered.completed.map(String::into_boxed_str),
+            told: recalled.told,
+            written_at: recalled.written_at,
+            held: recalled.held.map(Box::new),
         };
         state.sets.insert(key, kept);
         if state.sets.len() >= state.sweep_at {
@@ -312,49 +341,44 @@ async fn sync(
     ctx: &Ctx,
 ) -> Result<Option<Duration>, Error> {
     let set = &snapshot.set;
-    let past_deadline = |past: bool| {
-        let (namespace, name) = (&snapshot.namespace, &snapshot.name);
+    let (namespace, name) = (&snapshot.namespace, &snapshot.name);
+    let past_deadline = |decision: &Decision| {
+        let past = matches!(decision.phase, Phase::Stalled(_));
         metrics.past_deadline.note(&ctx.view, namespace, name, past);
     };
-    if set.metadata.deletion_timestamp.is_some() || ctx.view.namespace_ignored(&snapshot.namespace)
-    {
-        past_deadline(false);
+    if set.metadata.deletion_timestamp.is_some() || ctx.view.namespace_ignored(namespace) {
+        metrics
+            .past_deadline
+            .note(&ctx.view, namespace, name, false);
         return Ok(None);
     }
     let now = jiff::Timestamp::now();
-    let uid = set.metadata.uid.as_deref();
-    let remembered = metrics.memory.get(&snapshot.namespace, &snapshot.name, uid);
-    let decision = decide(set, remembered.as_ref(), now);
-    let remember = |set: &StatefulSet, decision: &Decision| {
-        let existing = set
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_deref())
-            .unwrap_or(&[]);
-        let unrecorded = decision.remove_progress
-            || (plan::read_progress(set).is_none() && decision.progress.is_none());
+    let clock = Instant::now();
+    let interval = ctx.config.conditions_interval;
+    let recalled = metrics
+        .memory
+        .get(namespace, name, set.metadata.uid.as_deref());
+    let remember = |set: &StatefulSet, step: &Step, written: Written| {
+        let recalled = step.recall(set, recalled.as_ref(), written, clock);
         metrics.memory.put(
             &ctx.view,
-            &snapshot.namespace,
-            &snapshot.name,
+            namespace,
+            name,
             set.metadata.uid.as_deref(),
-            unrecorded.then(|| Remembered {
-                completed: matches!(decision.phase, Phase::Complete)
-                    .then(|| plan::observe(set).rollout),
-                ..Remembered::of(decision.conditions.as_deref().unwrap_or(existing))
-            }),
+            Some(recalled),
         );
     };
-    past_deadline(matches!(decision.phase, Phase::Stalled(_)));
-    if decision.progress.is_none() && !decision.remove_progress && decision.conditions.is_none() {
-        remember(set, &decision);
-        return Ok(decision.look_again);
+    let first = Step::of(set, recalled.as_ref(), now, clock, interval);
+    past_deadline(&first.decision);
+    if !first.out.writes() {
+        remember(set, &first, Written::default());
+        return Ok(first.look_again());
     }
     // Our last write of the set is not in the view yet: its watch event brings the next look.
     if snapshot.is_stale(&ctx.exec, Kind::StatefulSet) {
-        return Ok(decision.look_again);
+        return Ok(first.look_again());
     }
-    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &snapshot.namespace);
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
     // The view can lag behind writes of others too (the built-in controller's status write
     // reaches it after the trigger): decide again on a fresh read, so that a stale copy costs
     // a GET rather than a refused patch.
@@ -363,44 +387,188 @@ async fn sync(
     let set = if ctx.exec.mode() == Mode::Observe {
         StatefulSet::clone(set)
     } else {
-        match api.get_opt(&snapshot.name).await? {
+        match api.get_opt(name).await? {
             Some(fresh) if fresh.metadata.uid == set.metadata.uid => fresh,
             _ => return Ok(None),
         }
     };
-    let decision = decide(&set, remembered.as_ref(), now);
-    past_deadline(matches!(decision.phase, Phase::Stalled(_)));
-    let actions = actions(&set, &decision)?;
+    let step = Step::of(&set, recalled.as_ref(), now, clock, interval);
+    past_deadline(&step.decision);
+    let actions = actions(&set, &step.sending())?;
     let ran = ctx.exec.run(&actions).await;
+    let mut written = Written::default();
+    let mut conflict = false;
     for (action, ran) in actions.iter().zip(ran) {
         let Action::Write(write) = action else {
             continue;
         };
+        if write.verb == Verb::WriteConditions && matches!(ran, Ran::Written(_)) {
+            written.conditions_sent = true;
+        }
         match ran {
             Ran::Written(Ok(outcome)) if outcome.is_done() => match write.verb {
                 Verb::WriteProgress => {
+                    written.record = true;
                     metrics.progress_writes.inc();
-                    if decision.deadline_exceeded {
+                    if step.decision.deadline_exceeded {
                         metrics.deadlines_exceeded.inc();
-                        tracing::warn!(namespace = %snapshot.namespace, name = %snapshot.name, "progress deadline exceeded");
+                        tracing::warn!(namespace = %namespace, name = %name, "progress deadline exceeded");
                     }
                 }
                 _ => {
+                    written.conditions = true;
                     metrics.condition_writes.inc();
-                    remember(&set, &decision);
                 }
             },
-            // Computed from a set that moved on, or is gone: its watch event brings the next
-            // look.
-            Ran::Written(Err(e)) if matches!(executor::code(&e), Some(404 | 409)) => {
-                return Ok(None);
-            }
+            // Gone: nothing more to do.
+            Ran::Written(Err(e)) if executor::code(&e) == Some(404) => return Ok(None),
+            // Computed from a set that moved on (the built-in controller's status write landed
+            // first).
+            Ran::Written(Err(e)) if executor::code(&e) == Some(409) => conflict = true,
             Ran::Written(Err(e)) => return Err(e.into()),
             // Reported, not written (observe mode), or not sent: nothing to remember.
             _ => {}
         }
     }
-    Ok(decision.look_again)
+    remember(&set, &step, written);
+    if conflict {
+        // Decided again from a fresh read once the interval is over: the newer version's
+        // watch event may have been handled before this answer came, and a refused write
+        // counts against the interval as a written one does (it is a request all the same).
+        return Ok(Some(interval.max(RETRY_AFTER_CONFLICT)));
+    }
+    Ok(step.look_again())
+}
+
+/// The least wait before a write refused for a newer version is decided again.
+const RETRY_AFTER_CONFLICT: Duration = Duration::from_millis(200);
+
+/// What went out of a [`Step`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Written {
+    /// The record was written (or removed).
+    record: bool,
+    /// The conditions were written.
+    conditions: bool,
+    /// The conditions were sent, written or refused: the interval counts from it.
+    conditions_sent: bool,
+}
+
+/// One look at a set: what the plan decides and what of it goes out now.
+struct Step {
+    decision: Decision,
+    out: pace::Outgoing,
+}
+
+impl Step {
+    fn of(
+        set: &StatefulSet,
+        recalled: Option<&Recalled>,
+        now: jiff::Timestamp,
+        clock: Instant,
+        interval: Duration,
+    ) -> Self {
+        let existing = conditions_of(set);
+        let record_on_set = set
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(names::PROGRESS));
+        // A record held since the first sight counts as the set's until one is on it.
+        let recorded = plan::read_progress(set).or_else(|| recalled.and_then(|r| r.held.clone()));
+        let decision = plan::plan_remembering(
+            &plan::observe(set),
+            existing,
+            recorded.as_ref(),
+            recalled.map(|r| &r.remembered),
+            now,
+        );
+        let known = pace::Known {
+            record_on_set,
+            first_sight: recalled.is_none(),
+            told: recalled.and_then(|r| r.told),
+            since_write: recalled
+                .and_then(|r| r.written_at)
+                .map(|at| clock.saturating_duration_since(at)),
+        };
+        let out = pace::outgoing(&decision, existing, &known, interval);
+        Self { decision, out }
+    }
+
+    /// The decision as far as it goes out now.
+    fn sending(&self) -> Decision {
+        use pace::{RecordStep, Send};
+        Decision {
+            progress: self
+                .decision
+                .progress
+                .clone()
+                .filter(|_| self.out.record == RecordStep::Write),
+            remove_progress: self.out.record == RecordStep::Remove,
+            conditions: self
+                .decision
+                .conditions
+                .clone()
+                .filter(|_| self.out.conditions == Send::Now),
+            ..self.decision.clone()
+        }
+    }
+
+    /// When to look again: the deadline of a rollout under way, or the end of the interval
+    /// that holds back news.
+    fn look_again(&self) -> Option<Duration> {
+        match (self.decision.look_again, self.out.after()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// What to remember of the set after this step, `written` of it having gone out.
+    fn recall(
+        &self,
+        set: &StatefulSet,
+        before: Option<&Recalled>,
+        written: Written,
+        clock: Instant,
+    ) -> Recalled {
+        use pace::RecordStep;
+        let existing = conditions_of(set);
+        let decision = &self.decision;
+        // The conditions as they stand now, written or not: their transition times are ours.
+        let now = decision.conditions.as_deref().unwrap_or(existing);
+        let told = if written.conditions {
+            decision.conditions.as_deref().and_then(plan::said)
+        } else {
+            plan::said(existing).or_else(|| before.and_then(|b| b.told))
+        };
+        let held = match self.out.record {
+            RecordStep::Hold => decision.progress.clone(),
+            RecordStep::Forget => None,
+            RecordStep::Write | RecordStep::Remove if written.record => None,
+            _ => before.and_then(|b| b.held.clone()),
+        };
+        Recalled {
+            remembered: Remembered {
+                completed: matches!(decision.phase, Phase::Complete)
+                    .then(|| plan::observe(set).rollout),
+                ..Remembered::of(now)
+            },
+            told,
+            written_at: if written.conditions_sent {
+                Some(clock)
+            } else {
+                before.and_then(|b| b.written_at)
+            },
+            held,
+        }
+    }
+}
+
+fn conditions_of(set: &StatefulSet) -> &[k8s_openapi::api::apps::v1::StatefulSetCondition] {
+    set.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or(&[])
 }
 
 /// What a decision writes, each with `set`'s resourceVersion as its precondition: the
@@ -501,21 +669,6 @@ pub(crate) fn actions(set: &StatefulSet, decision: &Decision) -> Result<Vec<Acti
     Ok(actions)
 }
 
-fn decide(set: &StatefulSet, remembered: Option<&Remembered>, now: jiff::Timestamp) -> Decision {
-    let existing = set
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or(&[]);
-    plan::plan_remembering(
-        &plan::observe(set),
-        existing,
-        plan::read_progress(set).as_ref(),
-        remembered,
-        now,
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -587,6 +740,7 @@ mod tests {
             }),
             remove_progress: false,
             deadline_exceeded: true,
+            steady: false,
             look_again: None,
         };
         let actions = actions(&set, &decision).expect("actions");
@@ -655,6 +809,7 @@ mod tests {
             progress: None,
             remove_progress: true,
             deadline_exceeded: false,
+            steady: true,
             look_again: None,
         };
         let planned = actions(&set, &removal).expect("actions");
@@ -680,19 +835,31 @@ mod tests {
         writers.replace_all(sets(&[("db", "a"), ("db", "b")]));
         let view = writers.view();
         let memory = Memory::default();
-        let remembered = Remembered {
-            available: Some(plan::Transition {
-                status: "True".into(),
-                since: "2026-01-01T00:00:05Z".into(),
+        let recalled = Recalled {
+            remembered: Remembered {
+                available: Some(plan::Transition {
+                    status: "True".into(),
+                    since: "2026-01-01T00:00:05Z".into(),
+                }),
+                progressing: Some(plan::Transition {
+                    status: "Unknown".into(),
+                    since: "2026-01-01T00:00:07Z".into(),
+                }),
+                completed: Some("3/0123456789abcdef".into()),
+            },
+            told: Some(42),
+            written_at: Some(Instant::now()),
+            held: Some(plan::Progress {
+                rollout: "3".into(),
+                complete: true,
+                progress_at: "2026-01-01T00:00:07Z".into(),
+                best: plan::Marks::default(),
+                available: None,
+                progressing: None,
             }),
-            progressing: Some(plan::Transition {
-                status: "Unknown".into(),
-                since: "2026-01-01T00:00:07Z".into(),
-            }),
-            completed: Some("3/0123456789abcdef".into()),
         };
-        memory.put(&view, "db", "a", Some("u1"), Some(remembered.clone()));
-        assert_eq!(memory.get("db", "a", Some("u1")), Some(remembered.clone()));
+        memory.put(&view, "db", "a", Some("u1"), Some(recalled.clone()));
+        assert_eq!(memory.get("db", "a", Some("u1")), Some(recalled.clone()));
         assert_eq!(
             memory.get("db", "a", Some("u2")),
             None,
@@ -700,11 +867,7 @@ mod tests {
         );
         assert_eq!(memory.get("db", "b", Some("u1")), None);
         memory.put(&view, "db", "a", Some("u1"), None);
-        assert_eq!(
-            memory.get("db", "a", Some("u1")),
-            None,
-            "forgotten with a record"
-        );
+        assert_eq!(memory.get("db", "a", Some("u1")), None, "forgotten");
         // Past 1,024 entries the sets gone from the view are swept.
         for i in 0..1100 {
             memory.put(
@@ -712,12 +875,12 @@ mod tests {
                 "gone",
                 &format!("s{i}"),
                 None,
-                Some(remembered.clone()),
+                Some(recalled.clone()),
             );
         }
-        memory.put(&view, "db", "b", None, Some(remembered.clone()));
+        memory.put(&view, "db", "b", None, Some(recalled.clone()));
         assert!(memory.len() < 1100, "{}", memory.len());
-        assert_eq!(memory.get("db", "b", None), Some(remembered));
+        assert_eq!(memory.get("db", "b", None), Some(recalled));
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! completed, and when each condition last changed status. It lives on the object because
 //! the built-in controller rebuilds `.status` (dropping our conditions) on its next write,
 //! and because this controller may restart; it is written only when one of those facts
-//! changes, never to refresh a time.
+//! changes, never to refresh a time, and not for `Available` turning alone (that follows pod
+//! readiness; its time lives in memory and rides along with the next write of the record).
 
 use std::time::Duration;
 
@@ -295,6 +296,10 @@ pub(crate) struct Decision {
     pub remove_progress: bool,
     /// Progressing just turned False: warn.
     pub deadline_exceeded: bool,
+    /// The conditions say no more than the set's status does (every replica updated and
+    /// available, the generation observed, no claim updating: `Available=True`,
+    /// `Progressing=True RolloutComplete`): a set carrying none of ours is taken to say this.
+    pub steady: bool,
     /// Look again by then (the deadline of an unfinished rollout).
     pub look_again: Option<Duration>,
 }
@@ -391,11 +396,18 @@ fn under_way(o: &Observed) -> (&'static str, String) {
 /// Partitioned and `OnDelete` sets never get there (the built-in controller completes only
 /// unpartitioned `RollingUpdate`s), so they keep the record.
 pub(crate) fn settled(o: &Observed) -> bool {
+    rollout_finished(o) && o.replicas == o.desired && o.updated >= o.desired
+}
+
+/// [`settled`] but for the replicas: the built-in controller's last rollout finished and no
+/// spec change came since. A pod that went missing (deleted, evicted, its node gone) lowers
+/// `replicas` and `updatedReplicas` until it is re-created, without any rollout: once this
+/// rollout was seen complete, that is availability, as a Deployment's completed rollout stays
+/// complete when a pod dies (a spec change, `kubectl scale` too, is a new generation).
+fn rollout_finished(o: &Observed) -> bool {
     !o.on_delete
         && o.partition == 0
         && o.observed_generation >= o.generation
-        && o.replicas == o.desired
-        && o.updated >= o.desired
         && o.current_revision.is_some()
         && o.current_revision == o.update_revision
         && o.claims.is_none_or(|c| c.updating == 0)
@@ -458,13 +470,14 @@ pub(crate) fn plan(
     plan_remembering(o, existing, recorded, None, now)
 }
 
-/// [`plan`], with the transition times this process remembers for a set without a record.
+/// [`plan`], with what this process remembers of the set: its conditions' transition times
+/// (newer than a record's) and the rollout it last saw complete.
 ///
 /// A set without a record whose status says it is [`settled`] is complete, and gets no record;
 /// a record is removed once its rollout is complete and settled. The record exists only while
 /// a rollout is in flight (or, for partitioned and `OnDelete` sets, which never settle, until
-/// the next rollout). So first contact with a steady cluster writes each set's conditions and
-/// nothing else.
+/// the next rollout). Whether and when the conditions decided here are written is
+/// [`super::pace`]'s to say.
 pub(crate) fn plan_remembering(
     o: &Observed,
     existing: &[StatefulSetCondition],
@@ -474,10 +487,12 @@ pub(crate) fn plan_remembering(
 ) -> Decision {
     let exact_now = now;
     let complete_now = is_complete(o);
-    // Complete now, or seen complete in this rollout and only availability moved since.
+    // Complete now, or seen complete in this rollout and only availability moved since (pods
+    // unready, or missing until the built-in controller re-creates them).
     let unrecorded_settled = recorded.is_none()
-        && settled(o)
-        && (complete_now || remembered.is_some_and(|m| m.completed.as_ref() == Some(&o.rollout)));
+        && ((settled(o) && complete_now)
+            || (rollout_finished(o)
+                && remembered.is_some_and(|m| m.completed.as_ref() == Some(&o.rollout))));
     let now = truncate_to_seconds(now);
     let now_text = format_time(now);
     let marks = Marks::of(o);
@@ -490,9 +505,6 @@ pub(crate) fn plan_remembering(
             if let Some(r) = recorded {
                 p.available = r.available.clone();
                 p.progressing = r.progressing.clone();
-            } else if let Some(m) = remembered {
-                p.available = m.available.clone();
-                p.progressing = m.progressing.clone();
             }
             (
                 p,
@@ -538,6 +550,17 @@ pub(crate) fn plan_remembering(
             }
         }
     };
+
+    // What this process remembers of the transitions is newer than the record: the record is
+    // not rewritten for `Available` alone (see the module docs), only carries it along.
+    if let Some(m) = remembered {
+        if m.available.is_some() {
+            progress.available.clone_from(&m.available);
+        }
+        if m.progressing.is_some() {
+            progress.progressing.clone_from(&m.progressing);
+        }
+    }
 
     let available_now = o.available >= o.desired;
     let available = condition(
@@ -651,12 +674,59 @@ pub(crate) fn plan_remembering(
     Decision {
         deadline_exceeded: matches!(phase, Phase::Stalled(_)) && !was_stalled,
         phase,
-        conditions: (conditions.as_slice() != existing).then_some(conditions),
-        progress: (!unrecorded_settled && !drop_record && Some(&progress) != recorded)
-            .then_some(progress),
+        // What they say, not when: a list that differs only in `lastTransitionTime` is not
+        // worth a write.
+        conditions: (said(&conditions) != said(existing)).then_some(conditions),
+        progress: (!unrecorded_settled
+            && !drop_record
+            && recorded.is_none_or(|r| !same_facts(r, &progress)))
+        .then_some(progress),
         remove_progress: drop_record,
+        steady: complete_now,
         look_again,
     }
+}
+
+/// Whether two records hold the same facts: all but `Available`'s transition, which follows
+/// readiness and would rewrite the record (a write to the set) on every pod turning ready or
+/// unready. It is kept in memory and rides along with the record's next write; after a
+/// restart an `Available` dropped meanwhile comes back with the restore time, as for a set
+/// without a record.
+fn same_facts(a: &Progress, b: &Progress) -> bool {
+    Progress {
+        available: None,
+        ..a.clone()
+    } == Progress {
+        available: None,
+        ..b.clone()
+    }
+}
+
+/// What our two conditions say, as a user reads them: type, status, reason and message of
+/// `Available` and `Progressing`, not when they last changed (a fingerprint, stable across
+/// builds); `None` when neither is there.
+pub(crate) fn said(conditions: &[StatefulSetCondition]) -> Option<u64> {
+    let ours = [AVAILABLE, PROGRESSING].map(|type_| {
+        conditions
+            .iter()
+            .find(|c| c.type_.as_deref() == Some(type_))
+    });
+    if ours.iter().all(Option::is_none) {
+        return None;
+    }
+    let mut text = String::new();
+    for c in ours {
+        match c {
+            Some(c) => {
+                for part in [&c.type_, &c.status, &c.reason, &c.message] {
+                    text.push_str(part.as_deref().unwrap_or_default());
+                    text.push('\u{1f}');
+                }
+            }
+            None => text.push('\u{1e}'),
+        }
+    }
+    Some(fnv1a(text.as_bytes()))
 }
 
 fn progressing(o: &Observed) -> Phase {

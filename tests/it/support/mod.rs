@@ -5,6 +5,7 @@
 pub mod admission_hook;
 #[allow(dead_code)]
 pub mod barrier;
+pub mod churn;
 #[allow(dead_code)]
 pub mod controller;
 #[allow(dead_code)]

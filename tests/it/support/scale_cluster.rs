@@ -20,6 +20,67 @@ pub struct ScaleSize {
     /// StatefulSets per namespace.
     pub sets_per_namespace: usize,
     pub seed: u64,
+    pub mix: Mix,
+}
+
+/// What a platform's sets carry besides a healthy steady state, each on every n-th set
+/// (`0`: none). The sets picked by `unready` and `incompatible` are never the same.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Mix {
+    /// `stateful-admission.io/volume-claim-update-policy: InPlace` (claims matching their
+    /// templates), as a platform's charts set it for the teams that opted in.
+    pub in_place: usize,
+    /// Replica 0's pod not Ready (its readiness probe failing), counted so in the status.
+    pub unready: usize,
+    /// The first claim of replica 0 on another StorageClass than its template (a claim
+    /// restored or adopted by hand): it cannot follow the template in place.
+    pub incompatible: usize,
+    /// `spec.minReadySeconds` of this many seconds (with `min_ready_every`).
+    pub min_ready_seconds: u64,
+    pub min_ready_every: usize,
+}
+
+impl Mix {
+    /// Every set healthy, none with anything of ours.
+    pub const HEALTHY: Self = Self {
+        in_place: 0,
+        unready: 0,
+        incompatible: 0,
+        min_ready_seconds: 0,
+        min_ready_every: 0,
+    };
+    /// As a platform's cluster: half the sets opted into `InPlace`, one in a hundred with an
+    /// unready pod, one in a hundred with a claim that cannot follow its template, one in a
+    /// thousand with `minReadySeconds: 3`.
+    pub const PLATFORM: Self = Self {
+        in_place: 2,
+        unready: 100,
+        incompatible: 100,
+        min_ready_seconds: 3,
+        min_ready_every: 1000,
+    };
+
+    fn picks(every: usize, i: usize, offset: usize) -> bool {
+        every > 0 && i % every == offset % every
+    }
+
+    pub fn is_in_place(&self, i: usize) -> bool {
+        Self::picks(self.in_place, i, 1)
+    }
+
+    pub fn is_unready(&self, i: usize) -> bool {
+        Self::picks(self.unready, i, self.unready / 2)
+    }
+
+    pub fn is_incompatible(&self, i: usize) -> bool {
+        Self::picks(self.incompatible, i, self.incompatible.saturating_sub(1))
+            && !self.is_unready(i)
+    }
+
+    pub fn min_ready(&self, i: usize) -> Option<u64> {
+        (Self::picks(self.min_ready_every, i, 0) && self.min_ready_seconds > 0)
+            .then_some(self.min_ready_seconds)
+    }
 }
 
 impl ScaleSize {
@@ -29,6 +90,7 @@ impl ScaleSize {
         classes: 50,
         sets_per_namespace: 50,
         seed: 15,
+        mix: Mix::HEALTHY,
     };
     pub const LARGE: Self = Self {
         claims: 50_000,
@@ -36,6 +98,7 @@ impl ScaleSize {
         classes: 50,
         sets_per_namespace: 50,
         seed: 15,
+        mix: Mix::HEALTHY,
     };
 }
 
@@ -56,6 +119,8 @@ pub struct SetPlan {
     pub replicas: usize,
     pub templates: usize,
     pub class: usize,
+    /// Its index among the sets (what [`Mix`] picks by).
+    pub index: usize,
 }
 
 impl ScalePlan {
@@ -76,6 +141,7 @@ impl ScalePlan {
                     replicas: 1,
                     templates: 1 + rng.below(3),
                     class: rng.below(size.classes.max(1)),
+                    index: i,
                 }
             })
             .collect();
@@ -114,7 +180,7 @@ impl ScalePlan {
         let seed = self.size.seed;
         let sets = self.sets.iter().enumerate().flat_map(move |(i, plan)| {
             let mut rng = Rng(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let set = Set::new(plan, i, &mut rng);
+            let set = Set::new(plan, i, self.size.mix, &mut rng);
             let mut objects = Vec::with_capacity(1 + plan.replicas * (1 + plan.templates));
             objects.push(set.object(&mut rng));
             for ordinal in 0..plan.replicas {
@@ -325,6 +391,7 @@ fn storage_class(i: usize) -> Value {
 /// One StatefulSet being generated, with what its pods and claims repeat.
 struct Set<'a> {
     plan: &'a SetPlan,
+    mix: Mix,
     uid: String,
     created: u64,
     revision: String,
@@ -335,7 +402,7 @@ struct Set<'a> {
 }
 
 impl<'a> Set<'a> {
-    fn new(plan: &'a SetPlan, index: usize, rng: &mut Rng) -> Self {
+    fn new(plan: &'a SetPlan, index: usize, mix: Mix, rng: &mut Rng) -> Self {
         let created = 3_600 + index as u64 * 7;
         let labels =
             json!({"app.kubernetes.io/name": plan.app, "app.kubernetes.io/instance": plan.name});
@@ -360,6 +427,7 @@ impl<'a> Set<'a> {
             .collect();
         Self {
             plan,
+            mix,
             uid: rng.uid(),
             created,
             revision: format!("{}-{}", plan.name, rng.suffix(10)),
@@ -394,6 +462,10 @@ impl<'a> Set<'a> {
             "revisionHistoryLimit": 10,
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
         });
+        let mut spec = spec;
+        if let Some(seconds) = self.mix.min_ready(plan.index) {
+            spec["minReadySeconds"] = json!(seconds);
+        }
         let mut applied_spec = spec.clone();
         for t in applied_spec["volumeClaimTemplates"]
             .as_array_mut()
@@ -406,18 +478,23 @@ impl<'a> Set<'a> {
                 map.remove("kind");
             }
         }
+        let mut ours = json!({});
+        if self.mix.is_in_place(plan.index) {
+            ours["stateful-admission.io/volume-claim-update-policy"] = json!("InPlace");
+        }
         let applied = json!({
             "apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": {"annotations": {}, "labels": set_labels, "name": plan.name, "namespace": plan.namespace},
+            "metadata": {"annotations": ours, "labels": set_labels, "name": plan.name, "namespace": plan.namespace},
             "spec": applied_spec,
         });
+        let ready = plan.replicas - usize::from(self.mix.is_unready(plan.index));
         let status = json!({
             "observedGeneration": 1,
             "replicas": plan.replicas,
-            "readyReplicas": plan.replicas,
+            "readyReplicas": ready,
             "currentReplicas": plan.replicas,
             "updatedReplicas": plan.replicas,
-            "availableReplicas": plan.replicas,
+            "availableReplicas": ready,
             "currentRevision": self.revision,
             "updateRevision": self.revision,
             "collisionCount": 0,
@@ -429,6 +506,17 @@ impl<'a> Set<'a> {
         }
         applied_fields["f:metadata"]["f:annotations"] =
             json!({".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}});
+        let mut annotations = json!({
+            "kubectl.kubernetes.io/last-applied-configuration": format!("{applied}\n"),
+            "meta.helm.sh/release-name": plan.name,
+            "meta.helm.sh/release-namespace": plan.namespace,
+        });
+        if let Some(map) = ours.as_object() {
+            for (k, v) in map {
+                annotations[k] = v.clone();
+                applied_fields["f:metadata"]["f:annotations"][format!("f:{k}")] = json!({});
+            }
+        }
         json!({
             "apiVersion": "apps/v1",
             "kind": "StatefulSet",
@@ -439,11 +527,7 @@ impl<'a> Set<'a> {
                 "generation": 1,
                 "creationTimestamp": at,
                 "labels": set_labels,
-                "annotations": {
-                    "kubectl.kubernetes.io/last-applied-configuration": format!("{applied}\n"),
-                    "meta.helm.sh/release-name": plan.name,
-                    "meta.helm.sh/release-namespace": plan.namespace,
-                },
+                "annotations": annotations,
                 "managedFields": [
                     managed("kubectl-client-side-apply", "apps/v1", &at, applied_fields, None),
                     managed("kube-controller-manager", "apps/v1", &time(self.created + 300), fields_v1(&json!({"status": status})), Some("status")),
@@ -496,6 +580,8 @@ impl<'a> Set<'a> {
         ]);
         let started = time(created + 12);
         let ready = time(created + 30);
+        let is_ready = !(ordinal == 0 && self.mix.is_unready(plan.index));
+        let ready_status = if is_ready { "True" } else { "False" };
         let ip = format!(
             "10.{}.{}.{}",
             64 + rng.below(64),
@@ -521,8 +607,8 @@ impl<'a> Set<'a> {
             "conditions": [
                 {"type": "PodReadyToStartContainers", "status": "True", "lastProbeTime": null, "lastTransitionTime": started},
                 {"type": "Initialized", "status": "True", "lastProbeTime": null, "lastTransitionTime": started},
-                {"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": ready},
-                {"type": "ContainersReady", "status": "True", "lastProbeTime": null, "lastTransitionTime": ready},
+                {"type": "Ready", "status": ready_status, "lastProbeTime": null, "lastTransitionTime": ready},
+                {"type": "ContainersReady", "status": ready_status, "lastProbeTime": null, "lastTransitionTime": ready},
                 {"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": time(created)},
             ],
             "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
@@ -535,7 +621,11 @@ impl<'a> Set<'a> {
                 s["started"] = json!(false);
                 s
             }).collect::<Vec<_>>(),
-            "containerStatuses": containers.iter().map(|c| container_status(c, rng)).collect::<Vec<_>>(),
+            "containerStatuses": containers.iter().map(|c| {
+                let mut s = container_status(c, rng);
+                s["ready"] = json!(is_ready);
+                s
+            }).collect::<Vec<_>>(),
             "qosClass": "Burstable",
         });
         let owner = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": plan.name, "uid": self.uid, "controller": true, "blockOwnerDeletion": true}]);
@@ -584,6 +674,9 @@ impl<'a> Set<'a> {
             "volume.kubernetes.io/selected-node": node,
         });
         let mut spec = t["spec"].clone();
+        if template == 0 && ordinal == 0 && self.mix.is_incompatible(plan.index) {
+            spec["storageClassName"] = json!("legacy-restored");
+        }
         spec["volumeName"] = json!(format!("pvc-{uid}"));
         let storage = spec["resources"]["requests"]["storage"].clone();
         let status = json!({"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": storage}});

@@ -17,7 +17,13 @@
 //! - it keeps the status counters as upstream's sync does: counted from the pods it started
 //!   from, plus what it created, minus what it deleted itself (`status.CurrentReplicas--`),
 //!   so a pod someone else deleted still counts in `currentReplicas` until the next sync;
-//!   and it completes the rollout (`currentRevision`, `currentReplicas`).
+//!   `availableReplicas` counts pods Ready for `spec.minReadySeconds` (`isRunningAndAvailable`);
+//!   and it completes the rollout (`currentRevision`, `currentReplicas`);
+//! - it writes the status as upstream's `updateStatefulSetStatus` does: only when a counter
+//!   or revision differs from the stored one (`inconsistentStatus`), and as a whole, the
+//!   status computed afresh without conditions (`UpdateStatus`, a replace of the `status`
+//!   subresource at the version read), so every such write drops the conditions of others;
+//!   a conflict is tried again on the next tick, from a fresh read.
 //!
 //! Writes go through the API (pod creation, status patches with the resourceVersion read as
 //! precondition, so a pod deleted meanwhile is never resurrected), except the built-in
@@ -233,7 +239,20 @@ impl Sim {
             .pointer("/spec/podManagementPolicy")
             .and_then(Value::as_str)
             != Some("Parallel");
-        let update_revision = format!("{}-rev{generation}", self.name);
+        // The revision of this generation, as the built-in controller named it once it
+        // observed the generation (a set seeded with its status keeps its own names).
+        let observed = set
+            .pointer("/status/observedGeneration")
+            .and_then(Value::as_i64);
+        let update_revision = set
+            .pointer("/status/updateRevision")
+            .and_then(Value::as_str)
+            .filter(|_| observed == Some(generation))
+            .map_or_else(|| format!("{}-rev{generation}", self.name), str::to_owned);
+        let min_ready = set
+            .pointer("/spec/minReadySeconds")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         let current_revision = set
             .pointer("/status/currentRevision")
             .and_then(Value::as_str)
@@ -351,6 +370,7 @@ impl Sim {
         let pods: Vec<Option<Value>> = (0..replicas).map(|n| self.pod(n)).collect();
         let count = |f: &dyn Fn(&Value) -> bool| pods.iter().flatten().filter(|p| f(p)).count();
         let ready = count(&pod_is_available);
+        let available = count(&|p| pod_is_available_for(p, min_ready));
         let counted = |revision: &str| {
             revisions
                 .iter()
@@ -373,22 +393,83 @@ impl Sim {
             "observedGeneration": generation,
             "replicas": pods.iter().flatten().count(),
             "readyReplicas": ready,
-            "availableReplicas": ready,
+            "availableReplicas": available,
             "currentReplicas": current_replicas,
             "updatedReplicas": updated,
             "currentRevision": current,
             "updateRevision": update_revision,
         });
-        if set.get("status") != Some(&status) {
-            let _ = sets_api
-                .patch_status(
-                    &self.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({ "status": status })),
-                )
-                .await;
+        if inconsistent_status(&set, &status) {
+            let mut replaced = set.clone();
+            replaced["status"] = status;
+            if let Ok(replaced) = serde_json::from_value::<StatefulSet>(replaced) {
+                let _ = sets_api
+                    .replace_status(&self.name, &PostParams::default(), &replaced)
+                    .await;
+            }
         }
     }
+}
+
+/// Whether `status` differs from the set's in what upstream's `inconsistentStatus`
+/// (pkg/controller/statefulset/stateful_set_control.go) compares: the counters and
+/// revisions, not the conditions.
+fn inconsistent_status(set: &Value, status: &Value) -> bool {
+    [
+        "observedGeneration",
+        "replicas",
+        "readyReplicas",
+        "availableReplicas",
+        "currentReplicas",
+        "updatedReplicas",
+        "currentRevision",
+        "updateRevision",
+    ]
+    .iter()
+    .any(|k| {
+        let stored = set.pointer(&format!("/status/{k}")).unwrap_or(&Value::Null);
+        let counted = &status[*k];
+        // An absent counter is zero, as in the Go struct.
+        stored != counted && !(stored.is_null() && counted == &json!(0))
+    })
+}
+
+/// Running and Ready for at least `min_ready` seconds (upstream `isRunningAndAvailable`:
+/// `podutil.IsPodAvailable`, the Ready condition's `lastTransitionTime + minReadySeconds`
+/// before now).
+pub fn pod_is_available_for(pod: &Value, min_ready: u64) -> bool {
+    if !pod_is_available(pod) {
+        return false;
+    }
+    if min_ready == 0 {
+        return true;
+    }
+    let since = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    since.is_some_and(|t| {
+        t.as_second()
+            .saturating_add(i64::try_from(min_ready).unwrap_or(i64::MAX))
+            < jiff::Timestamp::now().as_second()
+    })
+}
+
+/// Turns a Running pod's Ready condition to `ready`, now, as the kubelet does when its
+/// readiness probe starts or stops passing (`client`: one of the fake API server's).
+pub async fn set_pod_ready(client: &kube::Client, namespace: &str, pod: &str, ready: bool) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let since = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let status = if ready { "True" } else { "False" };
+    let patch = json!({"status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": status, "lastTransitionTime": since}]}});
+    pods.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("the pod's readiness is set");
 }
 
 /// Whether upstream re-creates the pod at `ordinal` at the current revision rather than the

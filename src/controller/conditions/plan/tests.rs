@@ -209,6 +209,71 @@ fn availability_dips_keep_an_unrecorded_set_complete_while_remembered() {
     assert_eq!(d.progress, None);
 }
 
+#[test]
+fn a_pod_that_went_missing_keeps_a_completed_unrecorded_set_complete_while_remembered() {
+    let first = plan(&observe(&healthy()), &[], None, at(0));
+    assert!(
+        first.steady,
+        "healthy at first sight says what its status says"
+    );
+    let mut remembered = Remembered::of(first.conditions.as_deref().unwrap_or_default());
+    remembered.completed = Some(observe(&healthy()).rollout);
+    // Deleted (or evicted): gone from replicas and updatedReplicas until it is re-created.
+    let missing = set(
+        json!({"replicas": 2, "readyReplicas": 2, "availableReplicas": 2, "updatedReplicas": 2, "currentReplicas": 2}),
+        json!({}),
+    );
+    let d = plan_remembering(&observe(&missing), &[], None, Some(&remembered), at(40));
+    assert_eq!(d.phase, Phase::Complete, "not a rollout: availability");
+    assert_eq!(d.progress, None, "no record for a pod that comes and goes");
+    assert!(!d.steady);
+    assert_eq!(summary(find(&d, AVAILABLE)).0, "False");
+    // Re-created, not ready yet: the same.
+    let back = set(
+        json!({"readyReplicas": 2, "availableReplicas": 2}),
+        json!({}),
+    );
+    let d = plan_remembering(&observe(&back), &[], None, Some(&remembered), at(41));
+    assert_eq!(
+        (d.phase.clone(), d.progress.clone()),
+        (Phase::Complete, None)
+    );
+    // A new generation (a scale, an edit) is a rollout again.
+    let mut scaled = missing.clone();
+    scaled.metadata.generation = Some(3);
+    scaled.status.as_mut().expect("status").observed_generation = Some(3);
+    let d = plan_remembering(&observe(&scaled), &[], None, Some(&remembered), at(42));
+    assert!(matches!(d.phase, Phase::Progressing(reason::SCALING_UP, _)));
+    assert!(d.progress.is_some());
+    // Without memory (first sight), a missing pod may be a scale-up under way: a record.
+    let d = plan(&observe(&missing), &[], None, at(43));
+    assert!(matches!(d.phase, Phase::Progressing(reason::SCALING_UP, _)));
+    assert!(d.progress.is_some());
+}
+
+#[test]
+fn conditions_differing_only_in_their_times_are_not_rewritten() {
+    let first = plan(&observe(&healthy()), &[], None, at(0));
+    let mut written = first.conditions.clone().unwrap_or_default();
+    for c in &mut written {
+        c.last_transition_time = Some(Time(at(-3600)));
+    }
+    let d = plan(&observe(&healthy()), &written, None, at(10));
+    assert_eq!(d.conditions, None, "the same content, other times");
+    assert_eq!(
+        said(&written),
+        said(first.conditions.as_deref().unwrap_or_default())
+    );
+    // A message that changes is news.
+    let dipped = set(json!({"availableReplicas": 2}), json!({}));
+    let d = plan(&observe(&dipped), &written, None, at(20));
+    assert!(d.conditions.is_some());
+    assert_ne!(
+        said(d.conditions.as_deref().unwrap_or_default()),
+        said(&written)
+    );
+}
+
 /// The conditions and record of a rollout seen in flight and then complete, as a later
 /// look reads them back.
 fn settled(s: &StatefulSet, now: i64) -> (Vec<StatefulSetCondition>, Progress) {
@@ -505,15 +570,39 @@ fn completion_sticks_until_the_next_rollout() {
     );
     assert!(!d.deadline_exceeded);
     assert_eq!(d.look_again, None);
-    let p = d.progress.expect("Available's transition is recorded");
+    assert_eq!(
+        find(&d, AVAILABLE).last_transition_time,
+        Some(Time(at(5000)))
+    );
+    // Available turning is not a fact of the record (it follows readiness: a write to the set
+    // per pod turning would double the built-in controller's writes under churn).
+    assert_eq!(
+        d.progress, None,
+        "the record is not rewritten for Available"
+    );
+    // Its time lives in memory and rides along with the record's next write.
+    let mut remembered = Remembered::of(d.conditions.as_deref().unwrap_or_default());
+    remembered.completed = None;
+    let stalled_by_claims = set(
+        json!({"replicas": 2, "readyReplicas": 2, "availableReplicas": 2, "updatedReplicas": 2}),
+        json!({"stateful-admission.io/volume-claim-status": r#"[{"compatible": 1, "updating": 1}]"#}),
+    );
+    let d = plan_remembering(
+        &observe(&stalled_by_claims),
+        &[],
+        Some(&progress),
+        Some(&remembered),
+        at(5100),
+    );
+    let p = d.progress.expect("the claim rollout reopened the rollout");
     assert_eq!(
         p.available,
         Some(Transition {
             status: "False".into(),
             since: time(5000)
-        })
+        }),
+        "with Available's transition as remembered"
     );
-    assert!(p.complete);
 
     // A new generation is a new rollout.
     let mut next = healthy();
