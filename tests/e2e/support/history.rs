@@ -16,6 +16,9 @@ use super::Scope;
 pub struct Seen {
     pub uids: BTreeSet<String>,
     pub deletions: usize,
+    /// The conditions of each version seen (`type=status/reason: message`, joined with
+    /// `; `), a change each: what a user watching the set read, however briefly.
+    pub conditions: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -55,6 +58,22 @@ impl SetHistory {
         let mut all = self.0.lock().expect("history");
         let entry = all.entry(name).or_default();
         entry.uids.insert(uid);
+        let conditions = set
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .map(|c| {
+                let kind = c.type_.as_deref().unwrap_or_default();
+                let status = c.status.as_deref().unwrap_or_default();
+                let reason = c.reason.as_deref().unwrap_or_default();
+                let message = c.message.as_deref().unwrap_or_default();
+                format!("{kind}={status}/{reason}: {message}")
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        if entry.conditions.last() != Some(&conditions) {
+            entry.conditions.push(conditions);
+        }
         if deleted {
             entry.deletions += 1;
         }
