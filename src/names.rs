@@ -46,6 +46,10 @@ pub const RESTART_PODS_FOR_RESIZE: &str = "stateful-admission.io/restart-pods-fo
 /// On a claim, written by the controller before it evicts the claim's pod for a resize: the
 /// pod and its uid (so a restart survives a crash and is never made twice).
 pub const RESIZE_RESTART: &str = "stateful-admission.io/resize-restart";
+/// On a StatefulSet, while a coordinated rollout holds its rolling update (the pod template
+/// and the claims changed in one update): the partition held at and the user's partition
+/// (JSON), written by the webhook and lowered by the controller, replica by replica.
+pub const ROLLOUT_HOLD: &str = "stateful-admission.io/rollout-hold";
 /// On the controller's Lease, kept by its holder: the apiserver's MaxUnavailableStatefulSet
 /// gate as the controller knows it (`enabled`, `disabled`, `unknown: <why>`), for `check`.
 pub const LEASE_MAX_UNAVAILABLE_GATE: &str = "stateful-admission.io/max-unavailable-gate";

@@ -40,10 +40,12 @@ pub enum Verb {
     RecordPodRestart,
     /// Evict a pod whose claim waits for it to be re-created to finish a resize.
     EvictPod,
+    /// Lower or release the hold of a coordinated rollout (`rollout-hold` on a set).
+    HoldRollout,
 }
 
 impl Verb {
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::PatchClaim,
         Self::AssignStorageClass,
         Self::WriteClaimStatus,
@@ -58,6 +60,7 @@ impl Verb {
         Self::EndConvergence,
         Self::RecordPodRestart,
         Self::EvictPod,
+        Self::HoldRollout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -76,6 +79,7 @@ impl Verb {
             Self::EndConvergence => "EndConvergence",
             Self::RecordPodRestart => "RecordPodRestart",
             Self::EvictPod => "EvictPod",
+            Self::HoldRollout => "HoldRollout",
         }
     }
 
@@ -96,6 +100,7 @@ impl Verb {
             Self::EndConvergence => "WouldEndConvergence",
             Self::RecordPodRestart => "WouldRecordPodRestart",
             Self::EvictPod => "WouldEvictPod",
+            Self::HoldRollout => "WouldHoldRollout",
         }
     }
 }

@@ -6,5 +6,9 @@
 //! - [`restart`]: which replica's pod to restart for a resize that waits for one (offline
 //!   expansion), within the set's one budget shared with the rolling update of its pod template.
 
+//! - [`hold`]: the coordinated rollout, where one update changes the pod template and grows the
+//!   claims: the rolling update held so that each pod is re-created once, after its claims.
+
 pub(crate) mod health;
+pub(crate) mod hold;
 pub(crate) mod restart;

@@ -731,15 +731,10 @@ pub(crate) fn plan(settings: &Settings, replicas: &[Replica]) -> Plan {
         if waiting_claims(replica).is_empty() {
             continue;
         }
-        if !settings.restart {
-            out.steps.push(waiting(Wait::NotOptedIn));
-            continue;
-        }
-        if !settings.rolling {
-            out.steps.push(waiting(Wait::OnDelete));
-            continue;
-        }
-        if replica.index < settings.partition {
+        // The rolling update's own decisions first: a pod below the partition is not
+        // re-created (a coordinated rollout re-creates it there later, see
+        // [`crate::rollout::hold`]), a pod it replaces needs no restart of anyone's.
+        if settings.rolling && replica.index < settings.partition {
             out.steps.push(waiting(Wait::Partition));
             continue;
         }
@@ -760,11 +755,23 @@ pub(crate) fn plan(settings: &Settings, replicas: &[Replica]) -> Plan {
             p.health != Health::Available
                 && since.is_some_and(|since| p.created.is_some_and(|c| c > since))
         };
-        let Some(pod) = replica
+        let replaced = replica
             .pod
             .as_ref()
-            .filter(|p| !being_replaced(settings, Some(p)) && !replacement(p))
-        else {
+            .is_none_or(|p| being_replaced(settings, Some(p)) || replacement(p));
+        if !settings.restart {
+            out.steps.push(waiting(if settings.rolling && replaced {
+                Wait::BeingReplaced
+            } else {
+                Wait::NotOptedIn
+            }));
+            continue;
+        }
+        if !settings.rolling {
+            out.steps.push(waiting(Wait::OnDelete));
+            continue;
+        }
+        let Some(pod) = replica.pod.as_ref().filter(|_| !replaced) else {
             out.steps.push(waiting(Wait::BeingReplaced));
             continue;
         };

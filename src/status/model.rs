@@ -239,6 +239,13 @@ pub(crate) struct SetStatus {
     pub update_strategy: String,
     pub partition: i64,
     pub replicas: i64,
+    /// A coordinated rollout's hold of the rolling update (`stateful-admission.io/rollout-hold`):
+    /// the partition held at and the user's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold: Option<crate::rollout::hold::Hold>,
+    /// The hold annotation does not parse (the controller removes it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_error: Option<String>,
     /// When the change was recorded, as the apiserver's managedFields tell (RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub change_recorded_at: Option<String>,
@@ -708,6 +715,8 @@ fn missing(
         update_strategy,
         partition,
         replicas,
+        hold: None,
+        hold_error: None,
         change_recorded_at: None,
         changes: Vec::new(),
         desired_templates_error: None,
@@ -776,6 +785,14 @@ fn present(
         rollout.cluster.claim_volume_attributes_class = Some(false);
     }
     let in_place = rollout.policy == ClaimUpdatePolicy::InPlace;
+    // A coordinated rollout's hold: the claims of the replica just below it are patched (as
+    // the controller does), pods and their restarts follow the set's partition.
+    let pod_partition = rollout.partition;
+    let (hold, hold_error) = match crate::rollout::hold::Hold::of(annotations) {
+        Some(Ok(h)) => (Some(h), None),
+        Some(Err(why)) => (None, Some(why)),
+        None => (None, None),
+    };
 
     let (changes, mut desired_templates_error) = changes(set, desired_raw.map(String::as_str));
     let templates = match claims::desired_templates(set) {
@@ -785,6 +802,22 @@ fn present(
             set.spec.volume_claim_templates.clone().unwrap_or_default()
         }
     };
+    if let Some(h) = hold.as_ref().filter(|_| rollout.rolling && in_place) {
+        let replicas = crate::rollout::hold::replicas_of(
+            set,
+            &ordinals,
+            |ordinal| inputs.pods.get(&namespace, &format!("{name}-{ordinal}")),
+            |template, ordinal| {
+                inputs.claims.get(
+                    &namespace,
+                    &set_claims::claim_name(template, &name, ordinal),
+                )
+            },
+            &templates,
+            now,
+        );
+        rollout.partition = crate::rollout::hold::claims_partition(h, &replicas);
+    }
 
     let classes_known = inputs.classes.unreadable.is_none();
     // Restarts for resizes as the controller plans them (its planner, on the same objects):
@@ -796,7 +829,7 @@ fn present(
             // `status` does not know `serve`'s default: the set's own word.
             restart: restart::opted_in(set, false),
             rolling: rollout.rolling,
-            partition: rollout.partition,
+            partition: pod_partition,
             max_unavailable: rollout.max_unavailable,
             update_revision: rollout.update_revision.clone(),
             grace: restart::DEFAULT_GRACE,
@@ -1020,8 +1053,10 @@ fn present(
         policy: policy_name(rollout.policy),
         policy_error,
         update_strategy: strategy_name(set),
-        partition: i64::try_from(rollout.partition).unwrap_or(i64::MAX),
+        partition: i64::try_from(pod_partition).unwrap_or(i64::MAX),
         replicas: i64::from(replicas),
+        hold,
+        hold_error,
         change_recorded_at: change_recorded_at.map(format_time),
         changes,
         desired_templates_error,

@@ -471,6 +471,35 @@ pub(crate) fn detail(set: &SetStatus, now: Timestamp, progress: bool) -> String 
         set.update_strategy, set.partition, set.replicas
     ));
     field(&mut out, "Policy", policy);
+    if let Some(hold) = &set.hold {
+        let next = hold
+            .partition
+            .min(i32::try_from(set.replicas).unwrap_or(i32::MAX))
+            - 1;
+        let text = if next >= hold.user_partition {
+            format!(
+                "rolling update held at partition {} (yours: {}): the claims of replica {next} are patched, then its pod is re-created, once, for the new template and the grown claims",
+                hold.effective(),
+                hold.user_partition
+            )
+        } else {
+            format!(
+                "rolling update through to your partition {}: the hold goes",
+                hold.user_partition
+            )
+        };
+        field(&mut out, "Coordinated", text);
+    }
+    if let Some(why) = &set.hold_error {
+        field(
+            &mut out,
+            "Coordinated",
+            format!(
+                "{} does not parse ({why}): the controller removes it",
+                crate::names::ROLLOUT_HOLD
+            ),
+        );
+    }
     let change = change_text(&set.changes);
     let recorded = set
         .change_recorded_at

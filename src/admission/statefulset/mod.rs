@@ -100,7 +100,7 @@ pub fn review(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context
             if let Some(value) = fallback {
                 set_annotations.push((names::MAX_UNAVAILABLE, value));
             }
-            review_templates(
+            let grows = review_templates(
                 req,
                 spec,
                 annotations,
@@ -114,7 +114,34 @@ pub fn review(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context
                 verdict.denial = Some(Denial::Invalid(errors));
                 return verdict;
             }
-            if max_unavailable::needs_rolling_update_block(spec, annotations) {
+            let hold = review_hold(req, spec, annotations, grows);
+            let mut remove_annotations = Vec::new();
+            if let Some(annotation) = &hold.annotation {
+                match annotation {
+                    Some(value) => set_annotations.push((names::ROLLOUT_HOLD, value.clone())),
+                    None => remove_annotations.push(names::ROLLOUT_HOLD),
+                }
+            }
+            let block_added = hold
+                .partition
+                .map(|p| hold_partition_op(spec, p, &mut verdict));
+            if let Some(held) = hold.started {
+                verdict.warn_all(
+                    Warning::new(HOLD_PATH)
+                        .fact(format!(
+                            "held at {} while each replica's claims are patched before its pod is re-created, highest ordinal first",
+                            held.partition
+                        ))
+                        .fact(format!(
+                            "given back as {} at the end ({})",
+                            held.user_partition,
+                            names::ROLLOUT_HOLD
+                        )),
+                );
+            }
+            if block_added != Some(true)
+                && max_unavailable::needs_rolling_update_block(spec, annotations)
+            {
                 verdict.patch.push(PatchOperation::Add(AddOperation {
                     path: PointerBuf::from_tokens(["spec", "updateStrategy", "rollingUpdate"]),
                     value: serde_json::json!({"partition": 0}),
@@ -132,8 +159,71 @@ pub fn review(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context
                 .patch
                 .extend(annotation_ops(annotations.is_some(), set_annotations));
             verdict
+                .patch
+                .extend(remove_annotations.into_iter().map(|k| {
+                    PatchOperation::Remove(json_patch::RemoveOperation {
+                        path: PointerBuf::from_tokens(["metadata", "annotations", k]),
+                    })
+                }));
+            verdict
         }
     }
+}
+
+/// Field path of the rolling update's partition.
+const HOLD_PATH: &str = "spec.updateStrategy.rollingUpdate.partition";
+
+/// The coordinated rollout's hold ([`crate::rollout::hold`]) for an update; `grows`: the
+/// update records a claim template growth of an `InPlace` set.
+fn review_hold(
+    req: &AdmissionRequest<DynamicObject>,
+    spec: &Value,
+    annotations: Option<&BTreeMap<String, String>>,
+    grows: bool,
+) -> crate::rollout::hold::Admit {
+    if req.operation != Operation::Update {
+        return crate::rollout::hold::Admit::default();
+    }
+    let old = req.old_object.as_ref();
+    let old_spec = old.and_then(|o| o.data.get("spec"));
+    let template_changed = old_spec.is_some_and(|o| o.get("template") != spec.get("template"));
+    crate::rollout::hold::admit(
+        old.zip(old_spec)
+            .map(|(o, s)| (o.metadata.annotations.as_ref(), s)),
+        (annotations, spec),
+        grows && template_changed,
+    )
+}
+
+/// The patch that sets the partition to `partition`; true where it adds the whole
+/// `rollingUpdate` block.
+fn hold_partition_op(spec: &Value, partition: i32, verdict: &mut Verdict) -> bool {
+    let strategy = spec.get("updateStrategy").filter(|s| s.is_object());
+    let rolling = strategy
+        .and_then(|s| s.get("rollingUpdate"))
+        .filter(|r| r.is_object());
+    let (tokens, value, block): (&[&str], Value, bool) = match (strategy, rolling) {
+        (Some(_), Some(_)) => (
+            &["spec", "updateStrategy", "rollingUpdate", "partition"],
+            Value::from(partition),
+            false,
+        ),
+        (Some(_), None) => (
+            &["spec", "updateStrategy", "rollingUpdate"],
+            serde_json::json!({"partition": partition}),
+            true,
+        ),
+        (None, _) => (
+            &["spec", "updateStrategy"],
+            serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"partition": partition}}),
+            true,
+        ),
+    };
+    verdict.patch.push(PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(tokens.iter().copied()),
+        value,
+    }));
+    block
 }
 
 /// maxUnavailable and partition as upstream validates them, the KEP's limits (from the
@@ -218,7 +308,7 @@ fn review_templates(
     errors: &mut Vec<FieldError>,
     verdict: &mut Verdict,
     set_annotations: &mut Vec<(&'static str, String)>,
-) {
+) -> bool {
     let policy = match claim_update_policy(spec, annotations) {
         Ok(p) => p,
         Err(e) => {
@@ -230,7 +320,7 @@ fn review_templates(
         Ok(t) => t,
         Err(e) => {
             errors.push(e);
-            return;
+            return false;
         }
     };
     let desired_now = annotations.and_then(|a| a.get(names::DESIRED_VOLUME_CLAIM_TEMPLATES));
@@ -256,12 +346,12 @@ fn review_templates(
         }
         Operation::Update => {
             let Some(old) = req.old_object.as_ref() else {
-                return;
+                return false;
             };
             // An apiserver with KEP-4650 takes template edits itself (and validates them): the
             // edit is stored as sent, nothing is recorded for our controller to apply.
             if ctx.policy.capabilities.native_template_edits().is_some() {
-                return;
+                return false;
             }
             let old_spec = old.data.get("spec").unwrap_or(&Value::Null);
             let old_templates = templates::templates_of(old_spec).unwrap_or(&[]);
@@ -285,6 +375,13 @@ fn review_templates(
                                     path: PointerBuf::from_tokens(["spec", "volumeClaimTemplates"]),
                                     value: Value::Array(old_templates.to_vec()),
                                 }));
+                            // A growth this update records (not one recorded before): the
+                            // claims an InPlace set patches, maybe with a restart.
+                            let grows = policy == ClaimUpdatePolicy::InPlace
+                                && desired_before != Some(&text)
+                                && changes.iter().flat_map(|c| &c.changes).any(|c| {
+                                    matches!(c, templates::Change::Storage { old, new, decrease: false } if old != new)
+                                });
                             if desired_now != Some(&text) {
                                 set_annotations.push((names::DESIRED_VOLUME_CLAIM_TEMPLATES, text));
                             }
@@ -292,6 +389,7 @@ fn review_templates(
                             verdict
                                 .warnings
                                 .extend(class_warnings(&changes, &ctx.policy.capabilities));
+                            return grows;
                         }
                         Err(e) => errors.push(e),
                     }
@@ -301,6 +399,7 @@ fn review_templates(
         }
         _ => {}
     }
+    false
 }
 
 /// For each recorded template, warnings that name it, each change with its old and new value,

@@ -22,6 +22,7 @@
 
 pub(crate) mod assessment;
 pub(crate) mod basis;
+pub(crate) mod hold;
 pub(crate) mod plan;
 pub(crate) mod restart;
 pub(crate) mod state;
@@ -417,6 +418,17 @@ async fn rollout(
         }
     };
     if templates.is_empty() {
+        // No claim change recorded (any more): a hold left has nothing to coordinate.
+        if !held && let Some(h) = hold::Hold::of(annotations(set)) {
+            let partition = set
+                .spec
+                .update_strategy
+                .as_ref()
+                .and_then(|s| s.rolling_update.as_ref())
+                .and_then(|r| r.partition)
+                .unwrap_or(0);
+            return hold::step(snapshot, ctx, &[], h, partition, false).await;
+        }
         return Ok(None);
     }
     // A claim we patched whose new version the cache has not shown yet: planning now would
@@ -426,6 +438,16 @@ async fn rollout(
     }
     let (mut settings, problem) = rollout_settings(set, snapshot.ordinals.len());
     settings.cluster = plan::ClusterFacts::of(&ctx.capabilities.get());
+    // A coordinated rollout holds the rolling update ([`hold`]): the replica just below the
+    // hold has its claims patched before its pod is re-created; pods (and their restarts)
+    // follow the set's partition itself.
+    let pod_partition = settings.partition;
+    let in_place = settings.policy == ClaimUpdatePolicy::InPlace;
+    let coordinated = hold::Hold::of(annotations(set)).filter(|_| settings.rolling);
+    if let Some(Ok(h)) = coordinated.as_ref().filter(|_| in_place) {
+        let replicas = hold::replicas(snapshot, &templates, jiff::Timestamp::now());
+        settings.partition = hold::claims_partition(h, &replicas);
+    }
     if let Some(why) = problem {
         warn_once(
             ctx,
@@ -532,7 +554,19 @@ async fn rollout(
     if held {
         return Ok(None);
     }
-    restart_pods(metrics, snapshot, ctx, &settings).await
+    let hold_next = match coordinated {
+        Some(h) => {
+            let partition = i32::try_from(pod_partition).unwrap_or(i32::MAX);
+            hold::step(snapshot, ctx, &templates, h, partition, in_place).await?
+        }
+        None => None,
+    };
+    settings.partition = pod_partition;
+    let restart_next = restart_pods(metrics, snapshot, ctx, &settings).await?;
+    Ok(match (hold_next, restart_next) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
 }
 
 /// The claim rollout of `snapshot` against `templates` (pure): the plan a reconcile carries
@@ -602,6 +636,11 @@ async fn restart_pods(
     rollout: &Rollout,
 ) -> Result<Option<Duration>, Error> {
     let set = snapshot.set.as_ref();
+    // A pod we deleted or evicted that the view still shows as it was: the budget would be
+    // counted without it. Its watch event brings the next look.
+    if snapshot.is_stale(&ctx.exec, Kind::Pod) {
+        return Ok(None);
+    }
     let now = jiff::Timestamp::now();
     let settings = restart::Settings {
         restart: restart::opted_in(set, ctx.config.restart_pods_for_resize),
@@ -641,7 +680,24 @@ async fn restart_pods(
         return Ok(plan.recheck_after);
     }
     let set_ref = action::reference_of(Kind::StatefulSet, &set.metadata);
-    let actions = restart::actions(&snapshot.namespace, &set_ref, &plan);
+    let mut actions = restart::actions(&snapshot.namespace, &set_ref, &plan);
+    // Every eviction is expected, at the pod's version planned from: until the view shows it
+    // going, the maxUnavailable driver (in this reconcile too) and the next plan here count
+    // the budget as spent, not as free.
+    for action in &mut actions {
+        if let Action::Write(write) = action
+            && write.verb == Verb::EvictPod
+            && let Some(version) = snapshot
+                .pods
+                .iter()
+                .filter_map(|(_, p)| p.as_deref())
+                .find(|p| p.metadata.name.as_deref() == Some(write.target.name.as_str()))
+                .and_then(|p| p.metadata.resource_version.clone())
+        {
+            write.target.resource_version = Some(version);
+            write.expect = true;
+        }
+    }
     let ran = ctx.exec.run(&actions).await;
     let mut next = plan.recheck_after;
     let mut first_error = None;
