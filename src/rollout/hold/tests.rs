@@ -247,7 +247,9 @@ fn the_controller_step_table() {
         partition,
         user_partition,
     };
-    let cases: [(&str, Hold, i32, bool, Vec<Replica>, Step); 9] = [
+    /// What, the hold, the set's partition, observed, the replicas, the step.
+    type Case = (&'static str, Hold, i32, bool, Vec<Replica>, Step);
+    let cases: [Case; 9] = [
         (
             "the top replica's claims are patched first",
             hold(3, 0),
