@@ -221,14 +221,13 @@ pub(crate) async fn run(
         (
             ctx.capabilities.subscribe(),
             store.clone(),
-            crate::controller::claim_rollout::plan::ClusterFacts::of(&ctx.capabilities.get()),
+            crate::rollout::claims::plan::ClusterFacts::of(&ctx.capabilities.get()),
         ),
         |(mut changes, store, mut before)| async move {
             loop {
                 changes.changed().await.ok()?;
-                let now = crate::controller::claim_rollout::plan::ClusterFacts::of(
-                    &changes.borrow_and_update(),
-                );
+                let now =
+                    crate::rollout::claims::plan::ClusterFacts::of(&changes.borrow_and_update());
                 if now != before {
                     before = now;
                     break;

@@ -22,10 +22,11 @@ use serde_json::{Value, json};
 use super::{ARGOCD_HEALTH_LUA, FLUX_HEALTH_CHECK_EXPRS};
 use crate::admission::set_claims;
 use crate::admission::statefulset::ClaimUpdatePolicy;
-use crate::controller::claim_rollout::{self, status as claim_status};
-use crate::controller::conditions::plan::rollout_key;
+use crate::controller::claim_rollout;
 use crate::controller::snapshot::SetSnapshot;
 use crate::names;
+use crate::rollout::claims::{self, status as claim_status};
+use crate::rollout::progress::rollout_key;
 use crate::status::fixtures::{
     NS, claim, claims, class, event, inputs, journal, report_of, set, template, time, with, without,
 };
@@ -112,7 +113,7 @@ fn as_the_controller_leaves_it(objects: &[Value], drops_classes: bool) -> Option
         .find(|o| o["kind"] == "StatefulSet" && o["metadata"]["name"] == "web")?
         .clone();
     let set: StatefulSet = serde_json::from_value(raw.clone()).expect("a StatefulSet");
-    let Ok(templates) = claim_rollout::desired_templates(&set) else {
+    let Ok(templates) = claims::desired_templates(&set) else {
         return Some(raw);
     };
     let of_kind = |kind: &'static str| {
@@ -164,7 +165,7 @@ fn as_the_controller_leaves_it(objects: &[Value], drops_classes: bool) -> Option
             .collect(),
         journal: None,
     };
-    let (mut settings, _) = claim_rollout::rollout_settings(&set, ordinals.len());
+    let (mut settings, _) = claims::rollout_settings(&set, ordinals.len());
     if drops_classes {
         settings.cluster.claim_volume_attributes_class = Some(false);
     }

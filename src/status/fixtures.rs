@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use super::judge;
 use super::model::{self, Inputs, Selection, StatusReport};
 use crate::admission::statefulset::templates::desired_annotation;
-use crate::controller::convergence::journal as converge;
 use crate::names;
+use crate::rollout::journal as converge;
 
 pub(crate) const NS: &str = "db";
 

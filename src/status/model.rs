@@ -25,17 +25,17 @@ use serde_json::{Value, json};
 use crate::admission::set_claims;
 use crate::admission::statefulset::ClaimUpdatePolicy;
 use crate::admission::statefulset::templates::{self, Classification};
-use crate::controller::claim_rollout as claims;
-use crate::controller::claim_rollout::plan::{self, Assessment, PodFacts, Replica};
-use crate::controller::claim_rollout::state as claim_state;
-pub(crate) use crate::controller::claim_rollout::state::ClaimState;
-use crate::controller::claim_rollout::status::TemplateStatus;
-use crate::controller::conditions::plan::{self as conditions, reason, rollout_key};
-use crate::controller::convergence::journal as converge;
-use crate::controller::max_unavailable::plan as max_unavailable;
 use crate::names;
 use crate::names::journal_name;
 use crate::quantity::Quantity;
+use crate::rollout::claims;
+use crate::rollout::claims::plan::{self, Assessment, PodFacts, Replica};
+use crate::rollout::claims::state as claim_state;
+pub(crate) use crate::rollout::claims::state::ClaimState;
+use crate::rollout::claims::status::TemplateStatus;
+use crate::rollout::journal as converge;
+use crate::rollout::max_unavailable;
+use crate::rollout::progress::{self as conditions, reason, rollout_key};
 use crate::rollout::restart;
 
 /// `apiVersion` of the report: a new version is made for any change that is not an added field.
@@ -282,7 +282,7 @@ impl SetStatus {
     /// it recorded it: `(template, class)`.
     pub(crate) fn classes_not_applied(
         &self,
-    ) -> Vec<(&str, &crate::controller::claim_rollout::status::ClassStatus)> {
+    ) -> Vec<(&str, &crate::rollout::claims::status::ClassStatus)> {
         classes_not_applied(self.recorded_claim_status.iter().flatten()).collect()
     }
 }
@@ -737,12 +737,7 @@ fn missing(
 /// The templates of a recorded claim status whose class the cluster does not apply, with it.
 fn classes_not_applied<'a>(
     templates: impl Iterator<Item = &'a TemplateStatus>,
-) -> impl Iterator<
-    Item = (
-        &'a str,
-        &'a crate::controller::claim_rollout::status::ClassStatus,
-    ),
-> {
+) -> impl Iterator<Item = (&'a str, &'a crate::rollout::claims::status::ClassStatus)> {
     templates.filter_map(|t| {
         t.volume_attributes_class
             .as_ref()

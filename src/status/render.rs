@@ -1305,28 +1305,24 @@ mod documented {
         set.absent_since = Some(time(0));
         set.policy_error = Some("x".into());
         set.desired_templates_error = Some("x".into());
-        set.recorded_claim_status = Some(vec![
-            crate::controller::claim_rollout::status::TemplateStatus {
-                name: "data".into(),
-                compatible: 0,
-                updating: 0,
-                over_sized: 0,
-                total_capacity: "1Gi".into(),
-                awaiting: 1,
-                failed: 1,
-                incompatible: 1,
-                waiting_for_restart: 1,
-                restarting: 1,
-                volume_attributes_class: Some(
-                    crate::controller::claim_rollout::status::ClassStatus {
-                        name: "x".into(),
-                        applied: false,
-                        changed: true,
-                        reason: "x".into(),
-                    },
-                ),
-            },
-        ]);
+        set.recorded_claim_status = Some(vec![crate::rollout::claims::status::TemplateStatus {
+            name: "data".into(),
+            compatible: 0,
+            updating: 0,
+            over_sized: 0,
+            total_capacity: "1Gi".into(),
+            awaiting: 1,
+            failed: 1,
+            incompatible: 1,
+            waiting_for_restart: 1,
+            restarting: 1,
+            volume_attributes_class: Some(crate::rollout::claims::status::ClassStatus {
+                name: "x".into(),
+                applied: false,
+                changed: true,
+                reason: "x".into(),
+            }),
+        }]);
         set.convergence.journal = Some("x".into());
         set.convergence.journal_step = Some("x".into());
         set.convergence.message = Some("x".into());

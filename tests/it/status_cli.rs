@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use stateful_admission::admission::statefulset::templates::desired_annotation;
-use stateful_admission::controller::convergence::journal as converge;
 use stateful_admission::names;
+use stateful_admission::rollout::journal as converge;
 use tokio::sync::mpsc;
 
 use crate::common::run_binary_with_env;

@@ -1,9 +1,9 @@
 //! Claim rollout (KEP-4650): patch existing claims to the desired templates and report their
 //! status (`volume-claim-status`).
 //!
-//! - [`plan`]: pure rollout planner (claims in, patches out); [`status`]: the KEP status per
-//!   template; [`assessment`]: what one claim needs; [`rollout_actions`]: a plan as writes
-//!   and Events.
+//! - The pure model ([`crate::rollout::claims`]): the rollout planner (claims in, patches
+//!   out), the KEP status per template, what one claim needs; here [`rollout_actions`]: a
+//!   plan as writes and Events.
 //! - Desired templates are those of the annotation `desired-volume-claim-templates` while it
 //!   is present, else the set's own (after convergence the set carries them, and the rollout
 //!   goes on from there). So convergence ([`super::convergence`]) does not wait for the
@@ -20,13 +20,8 @@
 //!   change, an in-place rollout with work, a claim that cannot follow its template. A set
 //!   whose claims match their templates, `InPlace` or not, is never written.
 
-pub(crate) mod assessment;
-pub(crate) mod basis;
 pub(crate) mod hold;
-pub(crate) mod plan;
 pub(crate) mod restart;
-pub(crate) mod state;
-pub(crate) mod status;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -40,7 +35,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::action::{self, Action, Kind, Report, Request, Target, Verb, Write};
@@ -48,11 +42,13 @@ use super::context::{Ctx, Error};
 use super::executor::Ran;
 use super::snapshot::SetSnapshot;
 use crate::admission::set_claims;
-use crate::admission::statefulset::max_unavailable;
-use crate::admission::statefulset::{ClaimUpdatePolicy, claim_update_policy};
-use crate::controller::convergence::journal;
+use crate::admission::statefulset::ClaimUpdatePolicy;
 use crate::names;
-use plan::{PodFacts, Replica, Rollout, Slot};
+use crate::rollout::claims::plan::{self, PodFacts, Replica, Rollout, Slot};
+use crate::rollout::claims::{
+    annotations, basis, desired_templates, rollout_settings, status, status_wanted,
+};
+use crate::rollout::journal;
 use serde_json::json;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -270,119 +266,6 @@ impl ClaimRollout {
 /// How long a refusal's count outlives its backoff (a refusal after that starts again at 1 s),
 /// and an eviction is remembered.
 const REFUSAL_MEMORY: Duration = Duration::from_secs(600);
-
-fn annotations(set: &StatefulSet) -> Option<&std::collections::BTreeMap<String, String>> {
-    set.metadata.annotations.as_ref()
-}
-
-/// The templates claims should follow: the recorded desired ones (by name), else the live.
-pub(crate) fn desired_templates(set: &StatefulSet) -> Result<Vec<PersistentVolumeClaim>, String> {
-    let live = set.spec.volume_claim_templates.clone().unwrap_or_default();
-    match set_claims::desired_templates(annotations(set)) {
-        None => Ok(live),
-        Some(Err(e)) => Err(format!(
-            "annotation {} does not parse: {e}",
-            names::DESIRED_VOLUME_CLAIM_TEMPLATES
-        )),
-        Some(Ok(desired)) => Ok(live
-            .into_iter()
-            .map(|t| {
-                desired
-                    .iter()
-                    .find(|d| d.metadata.name == t.metadata.name)
-                    .cloned()
-                    .unwrap_or(t)
-            })
-            .collect()),
-    }
-}
-
-/// Templates whose `volumeAttributesClassName` a recorded change sets or changes: the
-/// desired class differs from the live template's while the change is recorded, and stays
-/// "changed" in the set's claim status (which outlives the record) while the template names
-/// that class.
-pub(crate) fn class_changes(set: &StatefulSet) -> std::collections::BTreeSet<String> {
-    let class = |t: &PersistentVolumeClaim| {
-        t.spec
-            .as_ref()
-            .and_then(|s| s.volume_attributes_class_name.clone())
-    };
-    let live = set.spec.volume_claim_templates.as_deref().unwrap_or(&[]);
-    let mut changed = std::collections::BTreeSet::new();
-    if let Some(Ok(desired)) = set_claims::desired_templates(annotations(set)) {
-        for d in &desired {
-            let before = live
-                .iter()
-                .find(|t| t.metadata.name == d.metadata.name)
-                .and_then(class);
-            if class(d).is_some() && class(d) != before {
-                changed.insert(d.metadata.name.clone().unwrap_or_default());
-            }
-        }
-    }
-    let stored: Vec<status::TemplateStatus> = annotations(set)
-        .and_then(|a| a.get(names::VOLUME_CLAIM_STATUS))
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
-    for t in stored {
-        let Some(recorded) = t.volume_attributes_class.filter(|c| c.changed) else {
-            continue;
-        };
-        // Still the class that changed (a later edit to another class decides anew).
-        let wanted = desired_templates(set)
-            .ok()
-            .and_then(|d| {
-                d.into_iter()
-                    .find(|d| d.metadata.name.as_deref() == Some(&t.name))
-            })
-            .and_then(|d| class(&d));
-        if wanted.as_deref() == Some(recorded.name.as_str()) {
-            changed.insert(t.name);
-        }
-    }
-    changed
-}
-
-/// The set-wide inputs of its claim rollout for `replicas` replicas, and why the policy
-/// annotation was ignored (then the policy is `OnDelete`).
-pub(crate) fn rollout_settings(set: &StatefulSet, replicas: usize) -> (Rollout, Option<String>) {
-    let spec = serde_json::to_value(&set.spec).unwrap_or(Value::Null);
-    let annotations = annotations(set);
-    let mut problem = None;
-    let policy = claim_update_policy(&spec, annotations).unwrap_or_else(|e| {
-        problem = Some(e.to_string());
-        ClaimUpdatePolicy::OnDelete
-    });
-    let (_, strategy) = max_unavailable::validate_update_strategy(&spec);
-    let value = strategy.max_unavailable.clone().or_else(|| {
-        annotations
-            .and_then(|a| a.get(names::MAX_UNAVAILABLE))
-            .and_then(|raw| max_unavailable::annotation_value(raw).ok())
-    });
-    let replicas_i64 = i64::try_from(replicas).unwrap_or(i64::MAX);
-    let max_unavailable = value
-        .map(|v| max_unavailable::effective(&v, replicas_i64))
-        .unwrap_or(1);
-    let recorded =
-        annotations.is_some_and(|a| a.contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES));
-    let rollout = Rollout {
-        policy,
-        rolling: strategy.rolling,
-        partition: usize::try_from(strategy.partition).unwrap_or(0),
-        max_unavailable: usize::try_from(max_unavailable).unwrap_or(1),
-        update_revision: set.status.as_ref().and_then(|s| s.update_revision.clone()),
-        // The templates became live when the set was (re-)created with them.
-        recreated_since: if recorded {
-            None
-        } else {
-            set.metadata.creation_timestamp.as_ref().map(|t| t.0)
-        },
-        // What the cluster does is the caller's to add (see `ClusterFacts::of`).
-        cluster: plan::ClusterFacts::default(),
-        class_changed: class_changes(set),
-    };
-    (rollout, problem)
-}
 
 /// A Warning about the set's rollout, once per key.
 async fn warn_once(ctx: &Ctx, key: String, set: &StatefulSet, reason: &str, note: String) {
@@ -754,36 +637,6 @@ async fn restart_pods(
     }
 }
 
-/// Whether `set`'s claim status is worth its annotation, a write to the set (KEP-4650 puts it
-/// in the status the built-in controller writes anyway; here each is a write every watcher of
-/// StatefulSets receives):
-/// - a claim change was recorded (`desired-volume-claim-templates`), or the annotation is
-///   there already (a change was recorded once, or an in-place rollout ran: kept current);
-/// - policy `InPlace` and the rollout has work: a claim to patch (now or once the budget or
-///   the update strategy lets it), or one updating;
-/// - a claim that cannot follow its template in place, whatever the policy: the user has to
-///   delete it (and its pod) for it to, and the Warning Events about it expire.
-///
-/// Not for a set whose claims match their templates, `InPlace` or not, nor for claims only
-/// waiting to be bound (a scale-up): nothing there is news, and installing on a cluster of
-/// healthy sets writes none of them.
-pub(crate) fn status_wanted(
-    set: &StatefulSet,
-    policy: ClaimUpdatePolicy,
-    plan: &plan::Plan,
-) -> bool {
-    let annotated = annotations(set).is_some_and(|a| {
-        a.contains_key(names::DESIRED_VOLUME_CLAIM_TEMPLATES)
-            || a.contains_key(names::VOLUME_CLAIM_STATUS)
-    });
-    let rollout_has_work = !plan.steps.is_empty()
-        || !plan.held.is_empty()
-        || plan.status.iter().any(|t| t.updating > 0);
-    annotated
-        || !plan.incompatible.is_empty()
-        || (policy == ClaimUpdatePolicy::InPlace && rollout_has_work)
-}
-
 /// What a rollout plan does: a patch per planned step (each with its Events), a report of
 /// each claim that cannot follow its template, and the `volume-claim-status` annotation
 /// where it changes (`write_status`: the set uses the feature and no journal is open).
@@ -940,6 +793,7 @@ mod tests {
 
     use super::*;
     use crate::controller::action::Request;
+    use serde_json::Value;
 
     #[test]
     fn refusals_back_off_doubling_and_an_eviction_forgets_them() {

@@ -11,7 +11,6 @@
 //! do not touch.
 
 pub(crate) mod pace;
-pub(crate) mod plan;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -32,7 +31,8 @@ use super::executor::{self, Mode, Ran};
 use super::snapshot::SetSnapshot;
 use crate::cluster::ClusterView;
 use crate::names;
-pub(crate) use plan::{Decision, Phase, Progress, Remembered};
+use crate::rollout::progress;
+pub(crate) use crate::rollout::progress::{Decision, Phase, Progress, Remembered};
 
 /// The feature: its metrics, the sets past their deadline now, and what it remembers of sets
 /// without a progress record.
@@ -159,7 +159,7 @@ struct Kept {
 pub(crate) struct Recalled {
     /// Transition times and the rollout last seen complete, for the plan.
     pub remembered: Remembered,
-    /// What our conditions said when last written or found on the set ([`plan::said`]).
+    /// What our conditions said when last written or found on the set ([`progress::said`]).
     pub told: Option<u64>,
     /// When this process last sent the set's conditions (written or refused).
     pub written_at: Option<Instant>,
@@ -193,16 +193,16 @@ impl Status {
     }
 }
 
-fn keep(t: &plan::Transition) -> Option<(Status, i64)> {
+fn keep(t: &progress::Transition) -> Option<(Status, i64)> {
     let since: jiff::Timestamp = t.since.parse().ok()?;
     Some((Status::of(&t.status), since.as_second()))
 }
 
-fn unkeep(t: Option<(Status, i64)>) -> Option<plan::Transition> {
+fn unkeep(t: Option<(Status, i64)>) -> Option<progress::Transition> {
     let (status, since) = t?;
-    Some(plan::Transition {
+    Some(progress::Transition {
         status: status.text().to_owned(),
-        since: plan::format_time(jiff::Timestamp::from_second(since).ok()?),
+        since: progress::format_time(jiff::Timestamp::from_second(since).ok()?),
     })
 }
 
@@ -475,9 +475,10 @@ impl Step {
             .as_ref()
             .is_some_and(|a| a.contains_key(names::PROGRESS));
         // A record held since the first sight counts as the set's until one is on it.
-        let recorded = plan::read_progress(set).or_else(|| recalled.and_then(|r| r.held.clone()));
-        let decision = plan::plan_remembering(
-            &plan::observe(set),
+        let recorded =
+            progress::read_progress(set).or_else(|| recalled.and_then(|r| r.held.clone()));
+        let decision = progress::plan_remembering(
+            &progress::observe(set),
             existing,
             recorded.as_ref(),
             recalled.map(|r| &r.remembered),
@@ -537,9 +538,9 @@ impl Step {
         // The conditions as they stand now, written or not: their transition times are ours.
         let now = decision.conditions.as_deref().unwrap_or(existing);
         let told = if written.conditions {
-            decision.conditions.as_deref().and_then(plan::said)
+            decision.conditions.as_deref().and_then(progress::said)
         } else {
-            plan::said(existing).or_else(|| before.and_then(|b| b.told))
+            progress::said(existing).or_else(|| before.and_then(|b| b.told))
         };
         let held = match self.out.record {
             RecordStep::Hold => decision.progress.clone(),
@@ -550,7 +551,7 @@ impl Step {
         Recalled {
             remembered: Remembered {
                 completed: matches!(decision.phase, Phase::Complete)
-                    .then(|| plan::observe(set).rollout),
+                    .then(|| progress::observe(set).rollout),
                 ..Remembered::of(now)
             },
             told,
@@ -618,12 +619,12 @@ pub(crate) fn actions(set: &StatefulSet, decision: &Decision) -> Result<Vec<Acti
                 .as_deref()
                 .unwrap_or(existing)
                 .iter()
-                .find(|c| c.type_.as_deref() == Some(plan::PROGRESSING))
+                .find(|c| c.type_.as_deref() == Some(progress::PROGRESSING))
                 .and_then(|c| c.message.clone())
                 .unwrap_or_default();
             write = write.on_done(Report::warning(
                 target.reference(),
-                plan::reason::PROGRESS_DEADLINE_EXCEEDED,
+                progress::reason::PROGRESS_DEADLINE_EXCEEDED,
                 "TrackRollout",
                 note,
             ));
@@ -724,17 +725,17 @@ mod tests {
             conditions: Some(vec![
                 condition("Available", "True", "MinimumReplicasAvailable", "ok"),
                 condition(
-                    plan::PROGRESSING,
+                    progress::PROGRESSING,
                     "False",
                     "ProgressDeadlineExceeded",
                     "stuck at 1 of 3",
                 ),
             ]),
-            progress: Some(plan::Progress {
+            progress: Some(progress::Progress {
                 rollout: "web-2".into(),
                 complete: false,
                 progress_at: "2026-11-24T00:00:00Z".into(),
-                best: plan::Marks::default(),
+                best: progress::Marks::default(),
                 available: None,
                 progressing: None,
             }),
@@ -837,11 +838,11 @@ mod tests {
         let memory = Memory::default();
         let recalled = Recalled {
             remembered: Remembered {
-                available: Some(plan::Transition {
+                available: Some(progress::Transition {
                     status: "True".into(),
                     since: "2026-01-01T00:00:05Z".into(),
                 }),
-                progressing: Some(plan::Transition {
+                progressing: Some(progress::Transition {
                     status: "Unknown".into(),
                     since: "2026-01-01T00:00:07Z".into(),
                 }),
@@ -849,11 +850,11 @@ mod tests {
             },
             told: Some(42),
             written_at: Some(Instant::now()),
-            held: Some(plan::Progress {
+            held: Some(progress::Progress {
                 rollout: "3".into(),
                 complete: true,
                 progress_at: "2026-01-01T00:00:07Z".into(),
-                best: plan::Marks::default(),
+                best: progress::Marks::default(),
                 available: None,
                 progressing: None,
             }),

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSetCondition;
 
-use super::plan::{Decision, said};
+use crate::rollout::progress::{Decision, said};
 
 /// When the conditions go out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +154,7 @@ pub(crate) fn conditions(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::conditions::plan::{Phase, Progress};
+    use crate::rollout::progress::{Phase, Progress};
 
     const S: Duration = Duration::from_secs(1);
 

@@ -9,7 +9,6 @@
 //!   (one Event per wait, a `[!]convergence` line on `/readyz?verbose` while it lasts); and
 //!   the loop that finishes journals whose set is gone.
 
-pub mod journal;
 pub(crate) mod plan;
 
 use std::collections::BTreeMap;
@@ -34,6 +33,7 @@ use super::executor::{Ran, code};
 use super::snapshot::SetSnapshot;
 use crate::health::{self, Health};
 use crate::names;
+use crate::rollout::journal;
 use plan::{Plan, Poll, Presence, State, Then};
 
 /// A lock that a panic elsewhere does not wedge.

@@ -21,11 +21,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::events::EventType;
 use serde_json::{Value, json};
 
-use super::journal::{self, DropReason, JournalStep, LiveSet, Recheck, Step};
 use crate::controller::action::{
     Action, After, Kind, Report, Request, Target, Verb, Write, set_reference,
 };
 use crate::names;
+use crate::rollout::journal::{self, DropReason, JournalStep, LiveSet, Recheck, Step};
 
 /// What the planner looks at.
 #[derive(Debug, Clone, Copy)]

@@ -7,12 +7,12 @@ use k8s_openapi::api::core::v1::ObjectReference;
 
 use super::MaxUnavailable;
 use super::SetLabels;
-use super::plan::{self, Skip};
 use crate::admission::GateStatus;
 use crate::controller::action::{self, Action, After, Kind, Report, Request, Target, Verb, Write};
 use crate::controller::context::{Ctx, Error};
 use crate::controller::executor::Ran;
 use crate::controller::snapshot::SetSnapshot;
+use crate::rollout::max_unavailable::{self as plan, Skip};
 
 /// While the gate is unknown, sets that would need the driver are looked at again this often
 /// (the probe's answer cannot trigger a reconcile by itself).

@@ -9,11 +9,10 @@
 //!
 //! - the gate itself is a capability ([`crate::capabilities`]): probed by every replica,
 //!   read here from the shared cell, with a set's own evidence while it is unknown;
-//! - [`plan`]: pure planning of one step from the set, its pods and the clock;
+//! - [`crate::rollout::max_unavailable`]: pure planning of one step from the set, its pods and the clock;
 //! - [`act`]: the deletions (with uid and resourceVersion preconditions), events, metrics.
 
 pub(crate) mod act;
-pub(crate) mod plan;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;

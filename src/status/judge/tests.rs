@@ -320,7 +320,7 @@ fn verdicts_follow_what_the_controller_will_do() {
             objects(
                 progressing_false(
                     recorded.clone(),
-                    &crate::controller::conditions::plan::rollout_key(
+                    &crate::rollout::progress::rollout_key(
                         1,
                         recorded
                             .pointer(&format!(

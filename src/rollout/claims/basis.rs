@@ -28,8 +28,8 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use crate::controller::convergence::journal::{self, JournalStep};
 use crate::names;
+use crate::rollout::journal::{self, JournalStep};
 
 /// What the claim rollout of a set plans from.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,7 +99,7 @@ mod tests {
 
     use super::*;
     use crate::admission::statefulset::templates;
-    use crate::controller::claim_rollout::{desired_templates, rollout_settings};
+    use crate::rollout::claims::{desired_templates, rollout_settings};
 
     /// The live set: uid u1, InPlace, partition 1, maxUnavailable 2 (annotation), 4 replicas
     /// from ordinal 3, 2Gi recorded over the live 1Gi.

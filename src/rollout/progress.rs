@@ -477,7 +477,7 @@ pub(crate) fn plan(
 /// a record is removed once its rollout is complete and settled. The record exists only while
 /// a rollout is in flight (or, for partitioned and `OnDelete` sets, which never settle, until
 /// the next rollout). Whether and when the conditions decided here are written is
-/// [`super::pace`]'s to say.
+/// for the controller's pacing to say.
 pub(crate) fn plan_remembering(
     o: &Observed,
     existing: &[StatefulSetCondition],

@@ -293,7 +293,7 @@ fn controlled_by(pod: &Pod, uid: &str) -> bool {
 }
 
 /// Plans one step: `pods` holds every ordinal of the set in order (as in
-/// [`SetSnapshot`](crate::controller::SetSnapshot)), `now` is the clock.
+/// the controller's set snapshot), `now` is the clock.
 pub(crate) fn plan(rollout: &Rollout, pods: &[(u32, Option<Arc<Pod>>)], now: Timestamp) -> Plan {
     let replicas: Vec<Replica<'_>> = pods
         .iter()

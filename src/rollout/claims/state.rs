@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde::Serialize;
 
 use super::assessment::Assessment;
-use super::restart::{Record, Resize};
 use crate::quantity::Quantity;
+use crate::rollout::restart::{Record, Resize};
 
 /// Conditions that say a resize or modification failed (upstream
 /// `PersistentVolumeClaimControllerResizeError`, `…NodeResizeError`, `…VolumeModifyVolumeError`).

@@ -131,8 +131,8 @@ pub enum DropReason {
     DeletedByUser,
 }
 
-/// The next convergence step, as the state machine names it ([`super::plan`] turns it into
-/// writes and Events).
+/// The next convergence step, as the state machine names it (the controller's convergence plan
+/// turns it into writes and Events).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     Nothing,
