@@ -12,6 +12,7 @@ pub(crate) mod gather;
 pub(crate) mod judge;
 pub(crate) mod model;
 pub(crate) mod render;
+pub(crate) mod report;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{IsTerminal, Write};
