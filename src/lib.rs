@@ -9,6 +9,7 @@
 
 pub mod admission;
 pub mod allocator;
+pub(crate) mod backoff;
 pub mod capabilities;
 pub mod certs;
 pub mod check;

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::probe::{self, Candidates, ClaimChange, Outcome, Round};
 use super::{Capabilities, CapabilityCell, How, Learned, Name, Value, judge};
+use crate::backoff::Exponential;
 use crate::cluster::{ClusterView, Kind};
 
 /// How soon a capability that needs an existing claim is tried again while the view's claims
@@ -479,8 +480,9 @@ impl Schedule {
 /// The wait before the next probe after `failures` failed ones in a row: 1 s, doubling, at
 /// most `cap` (client-go's backoff shape, without jitter: one prober per process).
 pub fn retry_after(failures: u32, cap: Duration) -> Duration {
-    let doubled = Duration::from_secs(1).saturating_mul(1u32 << failures.saturating_sub(1).min(16));
-    doubled.min(cap).max(Duration::from_millis(1))
+    Exponential::new(Duration::from_secs(1), cap)
+        .after(failures)
+        .max(Duration::from_millis(1))
 }
 
 #[cfg(test)]

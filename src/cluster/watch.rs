@@ -35,6 +35,7 @@ use super::feed::{Change, Feed, SyncSender};
 use super::freshness::Freshness;
 use super::lite::{ClaimLite, JournalLite, PodLite, SetLite, Watched};
 use super::{ClusterView, ClusterWriters, Kind, Kinds, Sink, apply};
+use crate::backoff::{Exponential, jitter, jittered};
 use crate::names;
 
 /// Objects per page of an initial list (the apiserver's own default chunk for kubectl and
@@ -294,30 +295,19 @@ impl Retry {
     /// How long to wait after `failure`; `jitter` in [0, 1) picks within the upper half of
     /// the wait (so that replicas cut off together do not return together).
     pub(crate) fn after(&mut self, failure: Failure, jitter: f64) -> Duration {
-        let n = self.attempts.min(16);
         self.attempts = self.attempts.saturating_add(1);
         let repeated = self.last.replace(failure) == Some(failure);
         let wait = match failure {
             // The apiserver answered: relist now, unless it keeps answering 410.
             Failure::Expired if !repeated => return Duration::ZERO,
             Failure::Expired | Failure::Unavailable => {
-                Self::UNAVAILABLE.saturating_mul(1 << n).min(self.cap)
+                Exponential::new(Self::UNAVAILABLE, self.cap)
             }
-            Failure::Refused => Self::REFUSED
-                .saturating_mul(1 << n)
-                .min(Self::REFUSED_CAP.max(self.cap)),
-        };
-        wait.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+            Failure::Refused => Exponential::new(Self::REFUSED, Self::REFUSED_CAP.max(self.cap)),
+        }
+        .after(self.attempts);
+        jittered(wait, jitter)
     }
-}
-
-/// A number in [0, 1), different at each call.
-fn jitter() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let bits = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@
 //! acting (API calls), and makes no write when nothing needs to change.
 
 pub mod action;
-pub(crate) mod backoff;
 pub(crate) mod claim_rollout;
 pub(crate) mod conditions;
 pub(crate) mod context;

@@ -23,7 +23,6 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
-use super::backoff::Backoff;
 use super::claim_rollout::ClaimRollout;
 use super::conditions::Conditions;
 use super::context::{Ctx, Error};
@@ -32,6 +31,7 @@ use super::max_unavailable::MaxUnavailable;
 use super::metrics::ControllerMetrics;
 use super::snapshot::SetSnapshot;
 use crate::admission::set_claims;
+use crate::backoff::PerKey;
 use crate::cluster::{Change, ClusterView, Kind};
 
 const NAME: &str = "statefulset";
@@ -174,7 +174,7 @@ struct Runner {
     ctx: Arc<Ctx>,
     features: SetFeatures,
     metrics: Arc<ControllerMetrics>,
-    backoff: Backoff,
+    backoff: PerKey,
 }
 
 pub(crate) async fn run(
@@ -254,7 +254,7 @@ pub(crate) async fn run(
         ctx,
         features,
         metrics,
-        backoff: Backoff::default(),
+        backoff: PerKey::default(),
     });
     let run = controller::applier(
         |set: Arc<SetKey>, runner: Arc<Runner>| -> BoxFuture<'static, Result<Action, Error>> {

@@ -12,6 +12,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::backoff::Exponential;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct SetLabels {
     pub namespace: String,
@@ -126,7 +128,7 @@ impl ClaimRollout {
             Some(Eviction::Refused { count, .. }) => count.saturating_add(1),
             _ => 1,
         };
-        let wait = crate::capabilities::run::retry_after(count, Duration::from_secs(60));
+        let wait = REFUSAL_BACKOFF.after(count);
         evictions.insert(
             pod.to_owned(),
             Eviction::Refused {
@@ -158,6 +160,10 @@ impl ClaimRollout {
         (!left.is_zero()).then_some(left)
     }
 }
+
+/// The wait after refusals in a row: 1 s doubling to a minute.
+const REFUSAL_BACKOFF: Exponential =
+    Exponential::new(Duration::from_secs(1), Duration::from_secs(60));
 
 /// How long a refusal's count outlives its backoff (a refusal after that starts again at 1 s),
 /// and an eviction is remembered.
