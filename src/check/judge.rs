@@ -8,16 +8,16 @@ use crate::capabilities::{Capabilities, Name};
 use crate::names;
 
 mod capabilities;
-mod controller;
 mod dry_run;
 mod permissions;
+mod replicas;
 mod version;
 mod webhook;
 
 pub(crate) use capabilities::*;
-pub(crate) use controller::*;
 pub(crate) use dry_run::*;
 pub(crate) use permissions::*;
+pub(crate) use replicas::*;
 pub(crate) use version::*;
 pub(crate) use webhook::*;
 

@@ -1,4 +1,4 @@
-//! The controller: its leader lease and the replicas of the release.
+//! The controller's replicas: their leader lease, and the replicas of the release.
 
 use super::*;
 
