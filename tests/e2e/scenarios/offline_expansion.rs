@@ -659,6 +659,19 @@ async fn image_and_storage_body(scope: Scope) -> anyhow::Result<()> {
         owners.iter().any(|o| o == "kubectl"),
         "the user's apply owns spec.updateStrategy.rollingUpdate.partition; owners: {owners:?}"
     );
+    // The same manifest changes nothing, so nothing brings a reconcile: another change of the
+    // set (an annotation of someone else's) does, after which nothing may have moved.
+    cluster.kubectl(
+        &[
+            "-n",
+            ns.as_str(),
+            "annotate",
+            "statefulset",
+            "db",
+            "e2e.stateful-admission.io/looked=1",
+        ],
+        None,
+    )?;
     eventually(
         "the controller looked again",
         Duration::from_secs(60),
@@ -666,7 +679,7 @@ async fn image_and_storage_body(scope: Scope) -> anyhow::Result<()> {
             let now = serve
                 .metric("stateful_admission_controller_reconciles_total")
                 .await?;
-            anyhow::ensure!(now >= reconciles + 2.0, "reconciles {reconciles} -> {now}");
+            anyhow::ensure!(now >= reconciles + 1.0, "reconciles {reconciles} -> {now}");
             Ok(())
         },
     )
