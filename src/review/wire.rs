@@ -302,8 +302,28 @@ pub fn object_from_value(
     decode_object(&json, Reads::of(resource))
 }
 
+/// Where a set's pod template is read past, the key under `spec` that holds a digest of its
+/// text instead (no field of the API has a `/` in its name).
+pub const TEMPLATE_DIGEST: &str = "stateful-admission.io/template-digest";
+
+fn digest(text: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+/// Whether `old` and `new` (a set's specs as decoded) have different pod templates: by their
+/// digests where the templates were read past, else by value.
+pub fn pod_template_changed(old: &Value, new: &Value) -> bool {
+    match (old.get(TEMPLATE_DIGEST), new.get(TEMPLATE_DIGEST)) {
+        (Some(a), Some(b)) => a != b,
+        _ => old.get("template") != new.get("template"),
+    }
+}
+
 /// Removes from a request another decoder gave what [`decode_review`] does not keep for the
-/// request's resource, to compare the two.
+/// request's resource, to compare the two (and from ours, the digest it keeps instead).
 #[doc(hidden)]
 pub fn forget_unread(req: &mut AdmissionRequest<DynamicObject>) {
     if Route::of_request(req).is_none() {
@@ -325,10 +345,11 @@ pub fn forget_unread(req: &mut AdmissionRequest<DynamicObject>) {
         if !reads.status {
             data.remove("status");
         }
-        if !reads.pod_template
-            && let Some(spec) = data.get_mut("spec").and_then(Value::as_object_mut)
-        {
-            spec.remove("template");
+        if let Some(spec) = data.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove(TEMPLATE_DIGEST);
+            if !reads.pod_template {
+                spec.remove("template");
+            }
         }
     }
 }
@@ -384,11 +405,16 @@ impl Lazy<'_> {
         {
             data.insert("status".to_owned(), serde_json::from_str(raw.get())?);
         }
-        if reads.pod_template
-            && let Some(raw) = pod_template
+        if let Some(raw) = pod_template
             && let Some(spec) = object.data.get_mut("spec").and_then(Value::as_object_mut)
         {
-            spec.insert("template".to_owned(), serde_json::from_str(raw.get())?);
+            if reads.pod_template {
+                spec.insert("template".to_owned(), serde_json::from_str(raw.get())?);
+            } else {
+                // Read past, but whether it changed is known: the apiserver encodes the old
+                // and the new object alike, so the same template is the same text.
+                spec.insert(TEMPLATE_DIGEST.to_owned(), Value::from(digest(raw.get())));
+            }
         }
         Ok(object)
     }
@@ -679,6 +705,8 @@ mod tests {
             }
             let whole = theirs.clone();
             forget_unread(&mut theirs);
+            let mut ours = ours;
+            forget_unread(&mut ours);
             assert!(same(&ours, &theirs), "{name}");
             if theirs.resource.resource == "statefulsets" && !same(&whole, &theirs) {
                 sets_trimmed += 1;
@@ -903,8 +931,21 @@ mod tests {
         assert_eq!(
             data,
             json!({"spec": {"replicas": 3,
+                TEMPLATE_DIGEST: digest(r#"{"spec":{"containers":[{"name":"c"}]}}"#),
                 "volumeClaimTemplates": [{"metadata": {"name": "data"}}]}})
         );
+        // What is read past still tells a changed template from the same one.
+        let mut changed = object.clone();
+        changed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("db:2");
+        let changed = with_resource(review(changed), "apps", "statefulsets");
+        let changed = decode_review(&serde_json::to_vec(&changed).expect("json")).expect("decodes");
+        let changed = changed.object.expect("object").data;
+        assert!(pod_template_changed(&data["spec"], &changed["spec"]));
+        assert!(!pod_template_changed(&data["spec"], &data["spec"]));
+        assert!(pod_template_changed(
+            &json!({"template": {"a": 1}}),
+            &json!({"template": {"a": 2}})
+        ));
         // A claim keeps them (it has no pod template; this one is hostile).
         let other = with_resource(review(object.clone()), "", "persistentvolumeclaims");
         let decoded = decode_review(&serde_json::to_vec(&other).expect("json")).expect("decodes");
@@ -981,6 +1022,9 @@ mod tests {
         let decoded = decode_review(body.as_bytes()).expect("decodes");
         let expected = decode_review(&serde_json::to_vec(&set).expect("json")).expect("decodes");
         assert!(same(&decoded, &expected));
-        assert_eq!(decoded.object.expect("object").data, json!({"spec": {}}));
+        assert_eq!(
+            decoded.object.expect("object").data,
+            json!({"spec": {TEMPLATE_DIGEST: digest("{}")}})
+        );
     }
 }

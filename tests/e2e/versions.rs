@@ -87,9 +87,12 @@ const GITOPS_VAC_DROPPED: &str = "gitops_health_degraded_on_a_class_the_cluster_
 const OFFLINE_EXPANSION: &str = "offline_expansion_restarts_pods_through_the_eviction_api";
 
 const OPT_OUT: &str = "offline_expansion_opt_out_during_a_refused_eviction_evicts_nothing";
+/// Needs nothing a version lacks either: rolling updates and their partition are older than
+/// every captured version.
+const IMAGE_AND_STORAGE: &str = "image_and_storage_in_one_apply_restart_each_pod_once";
 
 /// Scenarios that must run on every captured apiserver, alone and with a second cluster.
-const EVERYWHERE: [&str; 2] = [OFFLINE_EXPANSION, OPT_OUT];
+const EVERYWHERE: [&str; 3] = [OFFLINE_EXPANSION, OPT_OUT, IMAGE_AND_STORAGE];
 
 /// The scenarios skipped with `KUBECONFIG` alone on each captured apiserver, and why; every
 /// other scenario runs there.
@@ -314,6 +317,7 @@ fn selection_table() -> Result<(), Failed> {
         VAC_DROPPED,
         GITOPS_VAC_DROPPED,
         OFFLINE_EXPANSION,
+        IMAGE_AND_STORAGE,
     ] {
         check(
             &mut failures,

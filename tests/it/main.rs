@@ -16,6 +16,7 @@ mod cluster_view;
 mod command_line;
 mod common;
 mod controller_runtime;
+mod coordinated_rollout;
 mod default_class_controller;
 mod docs;
 mod eviction_fake;

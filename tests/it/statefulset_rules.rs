@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 use stateful_admission::admission::{Context, GateStatus, Phase, Policy};
 use stateful_admission::cluster::ClusterView;
+use stateful_admission::review::builder::ReviewBuilder;
 use stateful_admission::review::offline::{self, Phases};
 
 use crate::common::{
@@ -856,5 +857,156 @@ async fn a_type_only_strategy_with_a_budget_gets_the_rolling_update_block() {
         let response = review_response(&router, "/mutate", &review).await;
         assert_eq!(response["allowed"], true, "{what}: {response}");
         assert_eq!(patch_of(&response), json!([]), "{what}");
+    }
+}
+
+/// An `InPlace` set `web` of three replicas as stored, with `strategy` as its update strategy,
+/// running `image` with claims of `size`.
+fn in_place_set(strategy: Value, image: &str, size: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": "db", "uid": "5b1f0e4c-6f0a-4c57-9d0e-1d2b3c4d5e6f",
+                     "resourceVersion": "1200", "generation": 4,
+                     "labels": {"app": "web"},
+                     "annotations": {"stateful-admission.io/volume-claim-update-policy": "InPlace",
+                                     "stateful-admission.io/restart-pods-for-resize": "true"}},
+        "spec": {"replicas": 3, "serviceName": "web", "podManagementPolicy": "OrderedReady",
+                 "revisionHistoryLimit": 10,
+                 "selector": {"matchLabels": {"app": "web"}},
+                 "updateStrategy": strategy,
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "db", "image": image}]}},
+                 "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                     "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                              "resources": {"requests": {"storage": size}},
+                              "volumeMode": "Filesystem"}}]},
+    })
+}
+
+/// An UPDATE of [`in_place_set`] from `old` to `new` (image, size), as the apiserver sends it.
+fn in_place_update(strategy: &Value, old: (&str, &str), new: (&str, &str)) -> Value {
+    ReviewBuilder::statefulset("UPDATE")
+        .object(in_place_set(strategy.clone(), new.0, new.1))
+        .old_object(in_place_set(strategy.clone(), old.0, old.1))
+        .into_json()
+}
+
+/// The object as the mutating response leaves it: its JSON patch applied to the request's.
+fn mutated(review: &Value, response: &Value) -> Value {
+    assert_eq!(response["allowed"], true, "{response}");
+    let mut object = review["request"]["object"].clone();
+    let patch: json_patch::Patch =
+        serde_json::from_value(patch_of(response)).expect("a JSON patch");
+    json_patch::patch(&mut object, &patch).expect("the patch applies to the request's object");
+    object
+}
+
+/// The rollout hold the webhook records on a set, parsed.
+fn rollout_hold(object: &Value) -> Option<Value> {
+    object
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get("stateful-admission.io/rollout-hold"))
+        .map(|raw| {
+            serde_json::from_str(raw.as_str().expect("an annotation value is a string"))
+                .expect("the hold is JSON")
+        })
+}
+
+/// One update that changes both the pod template and a claim template's storage of an
+/// `InPlace` set under RollingUpdate: the built-in rolling update is held (the partition raised
+/// to the replicas: upstream's `updateStatefulSet` replaces only the ordinals at or above the
+/// partition), and the user's
+/// partition kept in `stateful-admission.io/rollout-hold`, so that each replica is re-created
+/// once, after its claims were patched. Not under OnDelete (nothing rolls there), nor for a
+/// change of one of the two.
+#[tokio::test]
+async fn one_update_of_image_and_storage_holds_the_rolling_update_at_the_replicas() {
+    let router = app(ClusterView::empty(), Policy::default());
+    let rolling = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
+    let review = in_place_update(&rolling, ("db:1", "1Gi"), ("db:2", "2Gi"));
+    let response = review_response(&router, "/mutate", &review).await;
+    let object = mutated(&review, &response);
+    assert_eq!(
+        object.pointer("/spec/updateStrategy/rollingUpdate/partition"),
+        Some(&json!(3)),
+        "the partition raised to the replicas: {}",
+        patch_of(&response)
+    );
+    let hold = rollout_hold(&object)
+        .unwrap_or_else(|| panic!("no rollout hold recorded: {}", patch_of(&response)));
+    assert_eq!(hold["partition"], 3, "{hold}");
+    assert_eq!(hold["userPartition"], 0, "{hold}");
+    // The image change stands; the claim template change is recorded as usual.
+    assert_eq!(
+        object["spec"]["template"]["spec"]["containers"][0]["image"],
+        "db:2"
+    );
+    assert!(
+        object["metadata"]["annotations"][DESIRED]
+            .as_str()
+            .is_some_and(|d| d.contains("\"2Gi\"")),
+        "{object}"
+    );
+
+    // The apiserver's order (both phases): allowed, the hold in the stored object.
+    let view = ClusterView::empty();
+    let policy = Policy::default();
+    let outcome = offline_review(&review, Phases::Both, &view, &policy);
+    assert!(outcome.allowed, "{}", outcome.review);
+    let stored = outcome.object.expect("object");
+    assert_eq!(
+        stored.pointer("/spec/updateStrategy/rollingUpdate/partition"),
+        Some(&json!(3))
+    );
+    // Reinvoked on its own result (the chart's `reinvocationPolicy: IfNeeded`): the user's
+    // partition is still the one kept.
+    let again = set(review.clone(), "/request/object", stored.clone());
+    let response = review_response(&router, "/mutate", &again).await;
+    let reinvoked = mutated(&again, &response);
+    assert_eq!(
+        reinvoked.pointer("/spec/updateStrategy/rollingUpdate/partition"),
+        Some(&json!(3))
+    );
+    let hold = rollout_hold(&reinvoked).expect("the hold stays");
+    assert_eq!(
+        (&hold["partition"], &hold["userPartition"]),
+        (&json!(3), &json!(0)),
+        "{hold}"
+    );
+
+    for (what, review) in [
+        (
+            "OnDelete",
+            in_place_update(
+                &json!({"type": "OnDelete"}),
+                ("db:1", "1Gi"),
+                ("db:2", "2Gi"),
+            ),
+        ),
+        (
+            "the image alone",
+            in_place_update(&rolling, ("db:1", "1Gi"), ("db:2", "1Gi")),
+        ),
+        (
+            "the storage alone",
+            in_place_update(&rolling, ("db:1", "1Gi"), ("db:1", "2Gi")),
+        ),
+    ] {
+        let response = review_response(&router, "/mutate", &review).await;
+        let object = mutated(&review, &response);
+        let patch = patch_of(&response);
+        assert!(
+            patch.as_array().into_iter().flatten().all(|op| !op["path"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("/spec/updateStrategy")),
+            "{what}: {patch}"
+        );
+        assert_eq!(
+            object.pointer("/spec/updateStrategy"),
+            review.pointer("/request/object/spec/updateStrategy"),
+            "{what}: {patch}"
+        );
+        assert!(rollout_hold(&object).is_none(), "{what}: {patch}");
     }
 }

@@ -186,7 +186,8 @@ fn review_hold(
     }
     let old = req.old_object.as_ref();
     let old_spec = old.and_then(|o| o.data.get("spec"));
-    let template_changed = old_spec.is_some_and(|o| o.get("template") != spec.get("template"));
+    let template_changed =
+        old_spec.is_some_and(|o| crate::review::wire::pod_template_changed(o, spec));
     crate::rollout::hold::admit(
         old.zip(old_spec)
             .map(|(o, s)| (o.metadata.annotations.as_ref(), s)),

@@ -27,6 +27,7 @@ pub fn all() -> Vec<Scenario> {
         in_place::in_place_rollout(),
         offline_expansion::offline_expansion(),
         offline_expansion::opt_out_during_refusal(),
+        offline_expansion::image_and_storage_in_one_apply(),
         crash::crash_at_every_step(),
         crash::apply_during_recreate(),
         max_unavailable::gate_off_field(),

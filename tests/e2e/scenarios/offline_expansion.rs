@@ -9,11 +9,18 @@
 //! A recorded restart is a promise, not an order: where the set opts out while its eviction is
 //! refused by a PodDisruptionBudget, nothing is evicted afterwards, even once the budget would
 //! allow it; the record goes and the set is told why (issue 41).
+//!
+//! One apply that changes both the pod template and the claims' size of such a set restarts
+//! each pod once: the built-in rolling update's re-creation of a pod is the restart its claim's
+//! expansion waits for, so no pod is evicted besides, never more than one is unavailable (with
+//! no PodDisruptionBudget to hold anything back), and the set's partition is the user's again at
+//! the end, with nothing of the rollout left on the set for the user's next apply to meet.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::FutureExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
@@ -30,6 +37,15 @@ pub fn opt_out_during_refusal() -> Scenario {
         needs: &[],
         requires: None,
         body: |scope| opt_out_body(scope).boxed(),
+    }
+}
+
+pub fn image_and_storage_in_one_apply() -> Scenario {
+    Scenario {
+        name: "image_and_storage_in_one_apply_restart_each_pod_once",
+        needs: &[],
+        requires: None,
+        body: |scope| image_and_storage_body(scope).boxed(),
     }
 }
 
@@ -75,15 +91,17 @@ fn evictions(metrics: &str) -> BTreeMap<String, f64> {
     out
 }
 
-/// Three ready replicas of `db` with bound 1Gi claims, and its budget (all three healthy)
-/// allowing `allowed` disruptions.
+/// Three ready replicas of `db` with bound 1Gi claims, and, where it has one, its budget (all
+/// three healthy) allowing `allowed` disruptions.
 async fn ready_under_budget(
     client: &kube::Client,
     ns: &str,
-    budgets: &Api<PodDisruptionBudget>,
-    allowed: i32,
+    budget: Option<(&Api<PodDisruptionBudget>, i32)>,
 ) -> anyhow::Result<()> {
     wait::ready_with_bound_claims(client, ns, "db", "data", REPLICAS, "1Gi").await?;
+    let Some((budgets, allowed)) = budget else {
+        return Ok(());
+    };
     eventually(
         &format!("the budget allowing {allowed} disruption(s)"),
         Duration::from_secs(60),
@@ -157,7 +175,7 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
         }
         anyhow::Ok(out)
     };
-    ready_under_budget(&client, &ns, &budgets, 1).await?;
+    ready_under_budget(&client, &ns, Some((&budgets, 1))).await?;
 
     step(
         s,
@@ -310,7 +328,7 @@ async fn opt_out_body(scope: Scope) -> anyhow::Result<()> {
     };
     apply("1Gi", "true")?;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    ready_under_budget(&client, &ns, &budgets, 0).await?;
+    ready_under_budget(&client, &ns, Some((&budgets, 0))).await?;
     let tracker = PodTracker::watch(&scope, &ns, "db", REPLICAS);
     eventually("the pod watch listed", Duration::from_secs(10), || async {
         anyhow::ensure!(tracker.listed(), "not yet");
@@ -425,5 +443,259 @@ async fn opt_out_body(scope: Scope) -> anyhow::Result<()> {
         "new pods while claims waited: {:?}",
         node.restarts()
     );
+    Ok(())
+}
+
+/// Where the webhook keeps the user's partition while it holds the built-in rolling update.
+const ROLLOUT_HOLD: &str = "stateful-admission.io/rollout-hold";
+
+/// The managers whose entries own `spec.updateStrategy.rollingUpdate.partition`.
+fn partition_owners(set: &StatefulSet) -> Vec<String> {
+    set.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .and_then(|f| {
+                    f.0.pointer("/f:spec/f:updateStrategy/f:rollingUpdate/f:partition")
+                })
+                .is_some()
+        })
+        .filter_map(|m| m.manager.clone())
+        .collect()
+}
+
+async fn image_and_storage_body(scope: Scope) -> anyhow::Result<()> {
+    const OLD_IMAGE: &str = "registry.k8s.io/pause:3.10";
+    const NEW_IMAGE: &str = "registry.k8s.io/pause:3.9";
+    let s = scope.scenario;
+    let ns = scope.ns.clone();
+    let cluster = scope.cluster();
+    let client = scope.client();
+    let class = format!("{ns}-offline");
+    install::apply(
+        cluster,
+        vec![objects::storage_class(s, &class, true, json!({}))],
+    )?;
+    let node = actors::start(&scope, vec![ns.clone()]);
+    node.offline_expansion();
+    // The driver's expand call takes longer than the StatefulSet controller takes to re-create
+    // a pod: a pod re-created before its claim waits at FileSystemResizePending does not
+    // finish the expansion.
+    node.controller_expansion_delay(Duration::from_secs(3));
+    let serve = scope
+        .serve(ServeOptions::args(&["--resize-restart-grace=5s"]))
+        .await?;
+    let manifest = |image: &str, size: &str| {
+        objects::manifest(&[objects::statefulset(
+            &ns,
+            "db",
+            REPLICAS as i32,
+            &class,
+            size,
+            json!({"metadata": {"annotations": {
+                    "stateful-admission.io/volume-claim-update-policy": "InPlace",
+                    "stateful-admission.io/restart-pods-for-resize": "true"}},
+                   "spec": {
+                    "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+                    "template": {"spec": {"containers": [{"name": "db", "image": image}]}}}}),
+        )])
+    };
+    let apply = |image: &str, size: &str| {
+        cluster.kubectl(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&manifest(image, size)),
+        )
+    };
+    apply(OLD_IMAGE, "1Gi")?;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    ready_under_budget(&client, &ns, None).await?;
+    let tracker = PodTracker::watch(&scope, &ns, "db", REPLICAS);
+    eventually("the pod watch listed", Duration::from_secs(10), || async {
+        anyhow::ensure!(tracker.listed(), "not yet");
+        Ok(())
+    })
+    .await?;
+    let before = evictions(&cluster.apiserver_metrics().await?);
+
+    step(
+        s,
+        "one server-side apply: a new image and 1Gi -> 2Gi, on a driver without online expansion",
+    );
+    apply(NEW_IMAGE, "2Gi")?;
+    let two = Some("2Gi".to_owned());
+    let partition = |set: &StatefulSet| {
+        set.spec
+            .update_strategy
+            .as_ref()
+            .and_then(|u| u.rolling_update.as_ref())
+            .and_then(|r| r.partition)
+    };
+    let hold = |set: &StatefulSet| {
+        set.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ROLLOUT_HOLD).cloned())
+    };
+    let images = || async {
+        let pods = objects::pods_of(&client, &ns, "db").await?;
+        anyhow::Ok(
+            pods.iter()
+                .map(|p| {
+                    let image = p
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.containers.first())
+                        .and_then(|c| c.image.clone())
+                        .unwrap_or_default();
+                    (p.metadata.name.clone().unwrap_or_default(), image)
+                })
+                .collect::<Vec<_>>(),
+        )
+    };
+    // One pod at a time: for each, its claim's expansion (3 s), the pod re-created by the
+    // StatefulSet controller and Ready, the file system grown; on a loaded cluster each of
+    // these takes seconds.
+    eventually(
+        "every claim at 2Gi, every pod Ready at the new image, the partition the user's again",
+        Duration::from_secs(240),
+        || async {
+            let mut sizes = Vec::new();
+            for n in 0..REPLICAS {
+                let claim = claims.get(&format!("data-db-{n}")).await?;
+                sizes.push((
+                    objects::claim_request(&claim),
+                    objects::claim_capacity(&claim),
+                ));
+            }
+            let set = sets.get("db").await?;
+            let ready = set.status.as_ref().and_then(|s| s.ready_replicas);
+            let images = images().await?;
+            anyhow::ensure!(
+                sizes.iter().all(|(r, c)| *r == two && *c == two)
+                    && images.len() == REPLICAS
+                    && images.iter().all(|(_, i)| i == NEW_IMAGE)
+                    && ready == Some(REPLICAS as i32)
+                    && partition(&set) == Some(0)
+                    && hold(&set).is_none(),
+                "claims {sizes:?}, images {images:?}, ready {ready:?}, partition {:?}, hold {:?}; \
+                 pods seen: {:?}",
+                partition(&set),
+                hold(&set),
+                tracker.uids()
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let after = evictions(&cluster.apiserver_metrics().await?);
+
+    // Each claim waited for a restart once, and the rolling update's re-creation was it.
+    let claim_keys: Vec<String> = (0..REPLICAS).map(|n| format!("{ns}/data-db-{n}")).collect();
+    let mut pending = node.resize_pending_claims();
+    pending.sort();
+    anyhow::ensure!(
+        pending == claim_keys,
+        "each claim waits at FileSystemResizePending once: {pending:?}"
+    );
+    let mut completed = node.resize_completed_claims();
+    completed.sort();
+    anyhow::ensure!(
+        completed == claim_keys,
+        "each claim finished on a new pod: {completed:?}"
+    );
+    let restarts = node.restarts();
+    let want: BTreeMap<String, usize> =
+        (0..REPLICAS).map(|n| (format!("{ns}/db-{n}"), 1)).collect();
+    anyhow::ensure!(
+        restarts == want,
+        "new pods while claims waited: {restarts:?}"
+    );
+
+    // Each pod re-created exactly once, one at a time.
+    let uids = tracker.uids();
+    anyhow::ensure!(uids.len() == REPLICAS, "pods seen: {uids:?}");
+    for (pod, seen) in &uids {
+        anyhow::ensure!(
+            seen.len() == 2,
+            "{pod} had {} pod objects (each pod is re-created exactly once):\n{}",
+            seen.len(),
+            tracker.timeline()
+        );
+    }
+    let most = tracker.max_unavailable();
+    anyhow::ensure!(
+        most <= 1,
+        "{most} replicas were unavailable at once:\n{}",
+        tracker.timeline()
+    );
+
+    // No eviction: the rolling update's re-creation was the restart.
+    let asked: f64 = after.values().sum::<f64>() - before.values().sum::<f64>();
+    anyhow::ensure!(
+        asked == 0.0,
+        "evictions asked of the apiserver: {asked} (before {before:?}, after {after:?})"
+    );
+    let evicted = objects::events(&client, &ns, "PodEvictedForResize").await?;
+    anyhow::ensure!(
+        evicted.is_empty(),
+        "PodEvictedForResize Events: {evicted:?}"
+    );
+
+    step(
+        s,
+        "the user applies the same manifest again: no conflict, nothing restarts",
+    );
+    let reconciles = serve
+        .metric("stateful_admission_controller_reconciles_total")
+        .await?;
+    apply(NEW_IMAGE, "2Gi")?;
+    let set = sets.get("db").await?;
+    let owners = partition_owners(&set);
+    anyhow::ensure!(
+        owners.iter().any(|o| o == "kubectl"),
+        "the user's apply owns spec.updateStrategy.rollingUpdate.partition; owners: {owners:?}"
+    );
+    // The same manifest changes nothing, so nothing brings a reconcile: another change of the
+    // set (an annotation of someone else's) does, after which nothing may have moved.
+    cluster.kubectl(
+        &[
+            "-n",
+            ns.as_str(),
+            "annotate",
+            "statefulset",
+            "db",
+            "e2e.stateful-admission.io/looked=1",
+        ],
+        None,
+    )?;
+    eventually(
+        "the controller looked again",
+        Duration::from_secs(60),
+        || async {
+            let now = serve
+                .metric("stateful_admission_controller_reconciles_total")
+                .await?;
+            anyhow::ensure!(now >= reconciles + 1.0, "reconciles {reconciles} -> {now}");
+            Ok(())
+        },
+    )
+    .await?;
+    let set = sets.get("db").await?;
+    anyhow::ensure!(
+        partition(&set) == Some(0) && hold(&set).is_none(),
+        "partition {:?}, hold {:?} after the second apply",
+        partition(&set),
+        hold(&set)
+    );
+    for (pod, seen) in tracker.uids() {
+        anyhow::ensure!(
+            seen.len() == 2,
+            "{pod} was re-created after the second apply: {seen:?}"
+        );
+    }
     Ok(())
 }

@@ -13,7 +13,8 @@
 //!   `status.capacity` unchanged, as external-resizer's `markPVCAsFSResizeRequired` leaves it)
 //!   until the pod that mounts it is another pod than then (another uid) and Ready; then the
 //!   capacity is set and the resize condition and status go (the kubelet's
-//!   `MarkFSResizeFinished`).
+//!   `MarkFSResizeFinished`). Its controller side may be made to take a while
+//!   ([`Node::controller_expansion_delay`]), as a storage backend's expand call does.
 //!
 //! Each polls its scenario's namespaces every 200 ms until the scenario ends.
 
@@ -60,6 +61,11 @@ struct Offline {
     completed: Vec<String>,
     /// `namespace/pod` → new pods (uids) it had while a claim of it waited.
     restarts: BTreeMap<String, usize>,
+    /// How long the controller side of an offline expansion takes
+    /// ([`Node::controller_expansion_delay`]).
+    controller_delay: Duration,
+    /// `namespace/claim` → when the resizer first saw it ask for more than its capacity.
+    asked: HashMap<String, std::time::Instant>,
 }
 
 /// The resizer's condition type and message (external-resizer, `markPVCAsFSResizeRequired`).
@@ -92,6 +98,14 @@ impl Node {
     pub fn offline_expansion(&self) {
         self.offline
             .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// From now on, the controller side of an offline expansion (the driver's
+    /// `ControllerExpandVolume`, a storage backend's call) takes `delay` from the first time the
+    /// resizer sees a claim ask for more: a pod re-created meanwhile mounted the volume before
+    /// it grew, and the claim then waits at `FileSystemResizePending` for another restart.
+    pub fn controller_expansion_delay(&self, delay: Duration) {
+        self.offline_state.lock().expect("offline").controller_delay = delay;
     }
 
     /// `namespace/claim` the offline resizer set to `FileSystemResizePending`, in order.
@@ -443,6 +457,18 @@ async fn offline_resize(
     let pod = pod_of(client, ns, &name).await;
     let pod_uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
     if !pending {
+        // The controller side takes its time.
+        {
+            let mut state = node.offline_state.lock().expect("offline");
+            let delay = state.controller_delay;
+            let since = *state
+                .asked
+                .entry(key.clone())
+                .or_insert_with(std::time::Instant::now);
+            if since.elapsed() < delay {
+                return;
+            }
+        }
         // The controller side is done: the volume has the size, the file system not yet.
         if let Some(volume) = claim.spec.as_ref().and_then(|s| s.volume_name.as_ref()) {
             let volumes: Api<PersistentVolume> = Api::all(client.clone());
@@ -472,6 +498,7 @@ async fn offline_resize(
             .is_ok()
         {
             let mut state = node.offline_state.lock().expect("offline");
+            state.asked.remove(&key);
             state
                 .waiting
                 .insert(key.clone(), (pod_uid, BTreeSet::new()));

@@ -1,19 +1,28 @@
 //! A simulated kubelet and built-in StatefulSet controller for one set on the fake API server,
 //! acting through the store hooks as those components would:
 //!
-//! - the built-in controller notices a new generation, names the update revision
-//!   `<set>-rev<generation>` and records it in `status.updateRevision`;
+//! - the built-in controller names a revision after the pod template it holds, as upstream's
+//!   ControllerRevisions are named after a hash of `spec.template`
+//!   (`history.HashControllerRevision` of `getPatch`, pkg/controller/statefulset/stateful_set_utils.go):
+//!   a template it has not seen before is named `<set>-rev<generation>` and recorded in
+//!   `status.updateRevision`, one it has seen keeps its name, so a set re-created with the same
+//!   template (an orphan delete and a create, which start again at generation 1) or rolled back
+//!   to an earlier one has the same revision as its pods, and a change of anything but the
+//!   template (replicas, the partition) is no new revision;
 //! - it re-creates a missing pod `create_delay` after it went missing, at the revision
 //!   upstream's `newVersionedStatefulSetPod` (pkg/controller/statefulset/stateful_set_utils.go)
 //!   picks in the sync that finds the pod missing: the current revision below the partition
 //!   or, where `spec.updateStrategy.rollingUpdate` is nil, below `status.currentReplicas` as
 //!   persisted then, the update revision otherwise; under `OrderedReady` only once every lower
-//!   ordinal is Running and Ready, one at a time;
+//!   ordinal is Running and Ready, one at a time; the pod is made from that revision's template
+//!   (its labels and spec: the containers and their images), as upstream's `ApplyRevision`
+//!   restores it;
 //! - the kubelet marks a pod Running and Ready `ready_delay` after its creation;
 //! - with the `MaxUnavailableStatefulSet` gate off the built-in controller itself replaces one
 //!   pod at a time (upstream's loop: from the top down to the partition, delete the first
 //!   old-revision pod, stop at the first unavailable one; under `OrderedReady` only when all
-//!   are healthy); its deletions are counted apart from the API's;
+//!   are healthy), never under `updateStrategy.type: OnDelete` (upstream's `updateStatefulSet`
+//!   returns before its update loop there); its deletions are counted apart from the API's;
 //! - it keeps the status counters as upstream's sync does: counted from the pods it started
 //!   from, plus what it created, minus what it deleted itself (`status.CurrentReplicas--`),
 //!   so a pod someone else deleted still counts in `currentReplicas` until the next sync;
@@ -111,6 +120,48 @@ struct State {
     /// chosen then (the create itself lands `create_delay` later).
     missing: HashMap<u32, (Instant, String)>,
     created_at: HashMap<String, Instant>,
+    /// Every pod template seen, with the name of its revision, in the order first seen.
+    revisions: Vec<(Value, String)>,
+}
+
+impl State {
+    /// The name of `template`'s revision: the one it was first given, else `fresh` (made
+    /// unique among the names given so far: a set re-created with a new template starts at
+    /// generation 1 again, whose name an earlier template may hold).
+    fn revision_of(&mut self, template: &Value, fresh: String) -> String {
+        if let Some((_, name)) = self.revisions.iter().find(|(t, _)| t == template) {
+            return name.clone();
+        }
+        let taken = |name: &str| self.revisions.iter().any(|(_, n)| n == name);
+        let mut name = fresh.clone();
+        let mut suffix = 2;
+        while taken(&name) {
+            name = format!("{fresh}-{suffix}");
+            suffix += 1;
+        }
+        self.revisions.push((template.clone(), name.clone()));
+        name
+    }
+
+    /// A revision named by the set's own status (a set seeded with it keeps its names): its
+    /// template is `template` unless another name holds that template already.
+    fn name_revision(&mut self, template: &Value, name: &str) {
+        if !self
+            .revisions
+            .iter()
+            .any(|(t, n)| t == template || n == name)
+        {
+            self.revisions.push((template.clone(), name.to_owned()));
+        }
+    }
+
+    /// The template of revision `name`, where known.
+    fn template_of(&self, name: &str) -> Option<&Value> {
+        self.revisions
+            .iter()
+            .find(|(_, n)| n == name)
+            .map(|(t, _)| t)
+    }
 }
 
 impl StatefulSetSim {
@@ -139,6 +190,7 @@ impl StatefulSetSim {
             let mut state = State {
                 missing: HashMap::new(),
                 created_at: HashMap::new(),
+                revisions: Vec::new(),
             };
             let mut tick = tokio::time::interval(sim.config.tick);
             loop {
@@ -239,16 +291,31 @@ impl Sim {
             .pointer("/spec/podManagementPolicy")
             .and_then(Value::as_str)
             != Some("Parallel");
-        // The revision of this generation, as the built-in controller named it once it
-        // observed the generation (a set seeded with its status keeps its own names).
+        let on_delete = set
+            .pointer("/spec/updateStrategy/type")
+            .and_then(Value::as_str)
+            == Some("OnDelete");
+        // The revision of this template, as the built-in controller named it once it observed
+        // the generation (a set seeded with its status keeps its own names), else by the
+        // template: the name it had, or one after this generation.
+        let template = set
+            .pointer("/spec/template")
+            .cloned()
+            .unwrap_or(Value::Null);
         let observed = set
             .pointer("/status/observedGeneration")
             .and_then(Value::as_i64);
-        let update_revision = set
+        let update_revision = match set
             .pointer("/status/updateRevision")
             .and_then(Value::as_str)
             .filter(|_| observed == Some(generation))
-            .map_or_else(|| format!("{}-rev{generation}", self.name), str::to_owned);
+        {
+            Some(named) => {
+                state.name_revision(&template, named);
+                named.to_owned()
+            }
+            None => state.revision_of(&template, format!("{}-rev{generation}", self.name)),
+        };
         let min_ready = set
             .pointer("/spec/minReadySeconds")
             .and_then(Value::as_u64)
@@ -313,8 +380,15 @@ impl Sim {
                         .clone();
                     if now.duration_since(since) >= self.config.create_delay {
                         let index_label = self.api.config().pod_index_label;
-                        let pod =
-                            new_pod(&self.namespace, &self.name, &uid, n, &revision, index_label);
+                        let from = state.template_of(&revision).unwrap_or(&template);
+                        let pod = new_pod(
+                            &self.namespace,
+                            &self.name,
+                            &uid,
+                            n,
+                            (&revision, from),
+                            index_label,
+                        );
                         if pods_api.create(&PostParams::default(), &pod).await.is_ok() {
                             state.missing.remove(&n);
                             state.created_at.insert(self.pod_name(n), Instant::now());
@@ -341,7 +415,7 @@ impl Sim {
             .all(|p| p.as_ref().is_some_and(pod_is_available));
 
         // The built-in controller's own update with the gate off: one pod at a time.
-        if self.builtin_rolling_update && (!ordered || all_available) {
+        if self.builtin_rolling_update && !on_delete && (!ordered || all_available) {
             for n in (partition..replicas).rev() {
                 let Some(pod) = &pods[n as usize] else {
                     break;
@@ -500,34 +574,48 @@ fn lock(stats: &Mutex<SimStats>) -> std::sync::MutexGuard<'_, SimStats> {
     stats.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The pod the StatefulSet controller makes; from v1.28 it carries its ordinal as the label
-/// `apps.kubernetes.io/pod-index` (`index_label`).
+/// The pod the StatefulSet controller makes from `revision`'s template (its labels and spec;
+/// a template without containers gets one container `app`); from v1.28 it carries its ordinal
+/// as the label `apps.kubernetes.io/pod-index` (`index_label`).
 fn new_pod(
     namespace: &str,
     set: &str,
     set_uid: &str,
     ordinal: u32,
-    revision: &str,
+    (revision, template): (&str, &Value),
     index_label: bool,
 ) -> Pod {
     let name = format!("{set}-{ordinal}");
+    let spec = template
+        .get("spec")
+        .filter(|s| {
+            s.get("containers")
+                .and_then(Value::as_array)
+                .is_some_and(|c| !c.is_empty())
+        })
+        .cloned()
+        .unwrap_or_else(|| json!({"containers": [{"name": "app", "image": "app"}]}));
+    let mut labels = template
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    labels.insert("app".into(), json!(set));
+    labels.insert("statefulset.kubernetes.io/pod-name".into(), json!(name));
+    labels.insert("controller-revision-hash".into(), json!(revision));
     let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {
-                "app": set,
-                "statefulset.kubernetes.io/pod-name": name,
-                "controller-revision-hash": revision,
-            },
+            "labels": labels,
             "ownerReferences": [{
                 "apiVersion": "apps/v1", "kind": "StatefulSet", "name": set, "uid": set_uid,
                 "controller": true, "blockOwnerDeletion": true,
             }],
         },
-        "spec": {"containers": [{"name": "app", "image": "app"}]},
+        "spec": spec,
     });
     if index_label {
         pod["metadata"]["labels"]["apps.kubernetes.io/pod-index"] = json!(ordinal.to_string());
