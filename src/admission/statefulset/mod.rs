@@ -26,6 +26,19 @@ use crate::text::clip;
 use max_unavailable::{ANNOTATION_PATH, IntOrPercent, MAX_UNAVAILABLE_PATH};
 use templates::{Classification, TemplateChange};
 
+/// Where a set's pod template is read past, the key under `spec` that holds a digest of its
+/// text instead (no field of the API has a `/` in its name).
+pub const TEMPLATE_DIGEST: &str = "stateful-admission.io/template-digest";
+
+/// Whether `old` and `new` (a set's specs as decoded) have different pod templates: by their
+/// digests where the templates were read past, else by value.
+pub fn pod_template_changed(old: &Value, new: &Value) -> bool {
+    match (old.get(TEMPLATE_DIGEST), new.get(TEMPLATE_DIGEST)) {
+        (Some(a), Some(b)) => a != b,
+        _ => old.get("template") != new.get("template"),
+    }
+}
+
 /// Field path of the claim update policy annotation.
 pub const UPDATE_POLICY_PATH: &str =
     "metadata.annotations[stateful-admission.io/volume-claim-update-policy]";
@@ -186,8 +199,7 @@ fn review_hold(
     }
     let old = req.old_object.as_ref();
     let old_spec = old.and_then(|o| o.data.get("spec"));
-    let template_changed =
-        old_spec.is_some_and(|o| crate::review::wire::pod_template_changed(o, spec));
+    let template_changed = old_spec.is_some_and(|o| pod_template_changed(o, spec));
     crate::rollout::hold::admit(
         old.zip(old_spec)
             .map(|(o, s)| (o.metadata.annotations.as_ref(), s)),
