@@ -24,6 +24,7 @@ pub mod names;
 pub mod quantity;
 pub mod review;
 pub mod rollout;
+pub mod serve;
 pub mod server;
 pub mod status;
 pub mod telemetry;

@@ -12,6 +12,7 @@ pub(crate) mod args;
 pub mod certs;
 pub mod check;
 pub mod review;
+pub mod serve;
 
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};

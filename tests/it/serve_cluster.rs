@@ -486,3 +486,75 @@ async fn serve_is_ready_and_answers_before_the_claims_and_pods_have_listed() {
     served.terminate();
     let _ = served.wait_exit(Duration::from_secs(15));
 }
+
+/// A port free now, on the loopback interface.
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// The library's `serve` ([`Serve`], which the binary runs too) started in-process: ready once
+/// its view synced, the controller under its Lease, the Lease handed back when it shuts down.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_library_serve_runs_the_webhook_and_the_controller_in_process() {
+    use stateful_admission::serve::Serve;
+    use stateful_admission::server::{ListenerLimits, ServeConfig, TlsSource};
+
+    use crate::support::controller::{client_as, config, no_features, prober};
+
+    let api = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let probe_addr = free_addr();
+    let serve_config = ServeConfig {
+        addr: free_addr(),
+        probe_addr,
+        tls: TlsSource::SelfSigned {
+            dir: dir.path().join("certs"),
+            names: Vec::new(),
+        },
+        policy: Default::default(),
+        cert_poll_interval: Duration::from_secs(10),
+        shutdown_delay: Duration::ZERO,
+        request_timeout: Duration::from_secs(10),
+        limits: ListenerLimits::default(),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serve = Serve::new(serve_config)
+        .client(client_as(&api, "replica-0"))
+        .controller(Some(config("replica-0", no_features())))
+        .prober(prober());
+    let running = tokio::spawn(serve.run(async {
+        let _ = stopped.await;
+    }));
+    let ready_url = format!("http://{probe_addr}/readyz");
+    let mut ready = false;
+    for _ in 0..300 {
+        if reqwest::get(&ready_url)
+            .await
+            .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "ready once the view synced");
+    let holder = || {
+        api.get::<Lease>("stateful-admission", "stateful-admission-controller")
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || holder().as_deref()
+            == Some("replica-0"))
+        .await
+    );
+    let _ = stop.send(());
+    let result = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("stops within the drain")
+        .expect("the task ran");
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(holder(), None, "the lease is released on shutdown");
+}
