@@ -183,7 +183,14 @@ fn slugs_follow_github() {
 fn the_runbook_anchors_check_links_exist() {
     let runbooks = anchors(&read(&repo().join("docs/runbooks.md")));
     let mut linked = 0;
-    for file in ["src/check/judge.rs", "src/check/gather.rs"] {
+    // The checks, one file per family under src/check/judge/, and what gather says itself.
+    let mut files = vec!["src/check/judge.rs".to_owned(), "src/check/gather.rs".to_owned()];
+    let families = std::fs::read_dir(repo().join("src/check/judge")).expect("src/check/judge");
+    for entry in families {
+        let name = entry.expect("an entry").file_name();
+        files.push(format!("src/check/judge/{}", name.to_string_lossy()));
+    }
+    for file in &files {
         let source = read(&repo().join(file));
         for part in source.split("runbook(\"").skip(1) {
             let anchor = part.split('"').next().unwrap_or_default();
