@@ -184,7 +184,10 @@ fn the_runbook_anchors_check_links_exist() {
     let runbooks = anchors(&read(&repo().join("docs/runbooks.md")));
     let mut linked = 0;
     // The checks, one file per family under src/check/judge/, and what gather says itself.
-    let mut files = vec!["src/check/judge.rs".to_owned(), "src/check/gather.rs".to_owned()];
+    let mut files = vec![
+        "src/check/judge.rs".to_owned(),
+        "src/check/gather.rs".to_owned(),
+    ];
     let families = std::fs::read_dir(repo().join("src/check/judge")).expect("src/check/judge");
     for entry in families {
         let name = entry.expect("an entry").file_name();

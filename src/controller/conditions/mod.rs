@@ -1,14 +1,14 @@
 //! `Available` and `Progressing` conditions of StatefulSets (KEP-2804), with a progress
 //! deadline (`stateful-admission.io/progress-deadline-seconds`, default 600).
 //!
-//! The plan ([`plan`]) and what of it goes out when ([`pace`]) are pure; this module reads
-//! the set, writes what [`pace`] lets out, remembers what it told, and says when to look
-//! again. The built-in StatefulSet controller rebuilds `.status` on each of its writes and so
-//! drops these conditions; its write reaches the set watch, whose reconcile puts them back
-//! only where what they say changed (one status patch, at most one per set per
-//! `--statefulset-conditions-interval`), and a reconcile that finds them present and saying
-//! the same writes nothing. The progress record goes to an annotation, which status writes
-//! do not touch.
+//! The plan ([`progress`], the rollout model's) and what of it goes out when ([`pace`]) are
+//! pure; this module reads the set, writes what [`pace`] lets out, remembers what it told, and
+//! says when to look again. The built-in StatefulSet controller rebuilds `.status` on each of
+//! its writes and so drops these conditions; its write reaches the set watch, whose reconcile
+//! puts them back only where what they say changed (one status patch, at most one per set per
+//! `--statefulset-conditions-interval`), and a reconcile that finds them present and saying the
+//! same writes nothing. The progress record goes to an annotation, which status writes do not
+//! touch.
 
 pub(crate) mod pace;
 

@@ -1,7 +1,7 @@
 //! Convergence (KEP-4650): re-create a StatefulSet with its recorded templates, through a
 //! journal, so that the live object carries them and a crash at any step loses nothing.
 //!
-//! - [`journal`]: the journal's format and its state machine;
+//! - [`journal`] (the rollout model's): the journal's format and its state machine;
 //! - [`plan`]: pure, what exists now in, the next step's writes and Events out;
 //! - here, the shell: read the set and its journal fresh from the API (the view may lag behind
 //!   our own writes, and the journal holds the whole object), run the plan through the
