@@ -732,3 +732,52 @@ async fn the_kubectl_plugin_name_works_and_usage_errors_exit_2() {
     );
     only_reads(&api);
 }
+
+/// A coordinated rollout held at partition 2 of 3 (the user's partition 0): the detail view
+/// says so on its `Coordinated` line, the report carries the hold, and the partition shown is
+/// the set's own; a hold that does not parse is named as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinated_rollouts_hold_is_said() {
+    let mut held = set("1Gi", Some("2Gi"));
+    held["metadata"]["annotations"][names::ROLLOUT_HOLD] =
+        json!(r#"{"partition":2,"userPartition":0}"#);
+    held["spec"]["updateStrategy"] =
+        json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 2}});
+    let api = cluster(held, "1Gi", "1Gi").await;
+    let config = kubeconfig(&api);
+    let detail = status(&config, &["web"]).await;
+    assert_eq!(detail.code, 0, "{}", detail.stderr);
+    for part in [
+        "updateStrategy RollingUpdate, partition 2, replicas 3",
+        "Coordinated:    rolling update held at partition 2 (yours: 0): the claims of replica 1 are patched, then its pod is re-created",
+    ] {
+        assert!(
+            detail.stdout.contains(part),
+            "{part:?} in\n{}",
+            detail.stdout
+        );
+    }
+    let json = status(&config, &["-o", "json"]).await;
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let report = json.json();
+    assert_eq!(
+        report["items"][0]["hold"],
+        json!({"partition": 2, "userPartition": 0})
+    );
+    assert_eq!(report["items"][0]["partition"], 2);
+
+    let mut hostile = set("1Gi", Some("2Gi"));
+    hostile["metadata"]["annotations"][names::ROLLOUT_HOLD] = json!("{\"partition\":\"\\u0000\"}");
+    let api = cluster(hostile, "1Gi", "1Gi").await;
+    let config = kubeconfig(&api);
+    let detail = status(&config, &["web"]).await;
+    assert_eq!(detail.code, 0, "{}", detail.stderr);
+    assert!(
+        detail
+            .stdout
+            .contains("Coordinated:    stateful-admission.io/rollout-hold does not parse"),
+        "{}",
+        detail.stdout
+    );
+    only_reads(&api);
+}
