@@ -110,8 +110,16 @@ fn declared_kind(sources: &[String], name: &str) -> Option<String> {
         let rest = &text[at..];
         let call = &rest[..rest.find(".clone()")?];
         let field = call.rsplit('.').next()?.trim();
-        let declaration = text.find(&format!("    {field}: "))?;
-        let ty = text[declaration..].lines().next()?;
+        // The field's declaration, whatever its visibility.
+        let ty = text.lines().find(|line| {
+            let line = line.trim_start();
+            let line = line
+                .strip_prefix("pub(super) ")
+                .or_else(|| line.strip_prefix("pub(crate) "))
+                .or_else(|| line.strip_prefix("pub "))
+                .unwrap_or(line);
+            line.starts_with(&format!("{field}: "))
+        })?;
         ["Histogram", "Counter", "Gauge"]
             .into_iter()
             .find(|kind| ty.contains(kind))

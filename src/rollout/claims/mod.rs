@@ -22,6 +22,7 @@ use crate::admission::statefulset::{ClaimUpdatePolicy, claim_update_policy};
 use crate::names;
 use plan::Rollout;
 
+/// The set's annotations.
 pub(crate) fn annotations(
     set: &StatefulSet,
 ) -> Option<&std::collections::BTreeMap<String, String>> {
