@@ -416,14 +416,28 @@ mod tests {
     use axum::http::Method;
     use serde_json::{Value, json};
     use std::sync::Mutex;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The writes (PUT, POST) a fake Lease store received, in order, each with the code it
+    /// answered (`None`: left hanging).
+    #[derive(Default)]
+    struct Writes(Mutex<Vec<Option<u16>>>);
+
+    impl Writes {
+        fn count(&self) -> usize {
+            self.0.lock().expect("lock").len()
+        }
+
+        fn answers(&self) -> Vec<Option<u16>> {
+            self.0.lock().expect("lock").clone()
+        }
+    }
 
     /// A Lease store behind a client: GET answers the stored lease, PUT and POST store the
     /// body, unless `put` says to hang (`None`) or fail.
     fn lease_api(
         holder: Option<&str>,
         put: impl Fn(usize) -> Option<u16> + Send + Sync + 'static,
-    ) -> (Api<Lease>, Arc<AtomicUsize>) {
+    ) -> (Api<Lease>, Arc<Writes>) {
         lease_api_written_by(holder, put, None)
     }
 
@@ -433,15 +447,15 @@ mod tests {
         holder: Option<&str>,
         put: impl Fn(usize) -> Option<u16> + Send + Sync + 'static,
         conflict_holder: Option<&'static str>,
-    ) -> (Api<Lease>, Arc<AtomicUsize>) {
+    ) -> (Api<Lease>, Arc<Writes>) {
         let stored: Arc<Mutex<Option<Value>>> = Arc::new(Mutex::new(holder.map(|h| {
             json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                    "metadata": {"name": "l", "namespace": "sa", "resourceVersion": "1"},
                    "spec": {"holderIdentity": h, "leaseDurationSeconds": 15,
                             "renewTime": "2030-01-01T00:00:00.000000Z"}})
         })));
-        let puts = Arc::new(AtomicUsize::new(0));
-        let counted = puts.clone();
+        let writes = Arc::new(Writes::default());
+        let logged = writes.clone();
         let client = test_api::client(move |method, _path, body| {
             let mut stored = stored.lock().expect("lock");
             if method == Method::GET {
@@ -453,8 +467,12 @@ mod tests {
                     ),
                 });
             }
-            let n = counted.fetch_add(1, Ordering::SeqCst);
-            match put(n) {
+            let n = {
+                let mut log = logged.0.lock().expect("lock");
+                log.push(None);
+                log.len() - 1
+            };
+            let answer = match put(n) {
                 None => None,
                 Some(code) if code >= 300 => {
                     if code == 409 {
@@ -479,9 +497,11 @@ mod tests {
                     *stored = Some(lease.clone());
                     Some((code, lease))
                 }
-            }
+            };
+            logged.0.lock().expect("lock")[n] = answer.as_ref().map(|(code, _)| *code);
+            answer
         });
-        (Api::namespaced(client, "sa"), puts)
+        (Api::namespaced(client, "sa"), writes)
     }
 
     fn timing() -> LeaseTiming {
@@ -491,7 +511,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_hung_renewal_ends_the_hold_at_the_renew_deadline() {
         // The acquisition is answered; every renewal after it hangs.
-        let (api, puts) = lease_api(None, |n| (n == 0).then_some(201));
+        let (api, writes) = lease_api(None, |n| (n == 0).then_some(201));
         let mut elector = Elector::new(api, "l", "a", timing());
         let stop = CancellationToken::new();
         let started = Instant::now();
@@ -505,16 +525,12 @@ mod tests {
             "at the deadline"
         );
         assert_eq!(clock.valid_until(), None, "revoked");
-        assert_eq!(
-            puts.load(Ordering::SeqCst),
-            2,
-            "one renewal sent, never answered"
-        );
+        assert_eq!(writes.count(), 2, "one renewal sent, never answered");
     }
 
     #[tokio::test(start_paused = true)]
     async fn failed_renewals_are_retried_until_the_deadline_then_the_hold_ends() {
-        let (api, puts) = lease_api(None, |n| Some(if n == 0 { 201 } else { 500 }));
+        let (api, writes) = lease_api(None, |n| Some(if n == 0 { 201 } else { 500 }));
         let mut elector = Elector::new(api, "l", "a", timing());
         let stop = CancellationToken::new();
         let started = Instant::now();
@@ -522,7 +538,7 @@ mod tests {
         assert!(!elector.hold(&stop).await);
         assert_eq!(Instant::now() - started, Duration::from_secs(10));
         // Renewals at 2, 4, 6 and 8 s, each failing; none at the deadline.
-        assert_eq!(puts.load(Ordering::SeqCst), 5);
+        assert_eq!(writes.count(), 5);
     }
 
     #[tokio::test(start_paused = true)]
@@ -557,7 +573,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lease_taken_over_ends_the_hold_as_soon_as_it_is_read() {
         // The first renewal loses the race to "b", who takes the Lease.
-        let (api, puts) =
+        let (api, writes) =
             lease_api_written_by(None, |n| Some(if n == 0 { 201 } else { 409 }), Some("b"));
         let mut elector = Elector::new(api, "l", "a", timing());
         let stop = CancellationToken::new();
@@ -569,11 +585,7 @@ mod tests {
             Duration::from_secs(4),
             "the 409 at 2 s, the Lease read held by b at 4 s"
         );
-        assert_eq!(
-            puts.load(Ordering::SeqCst),
-            2,
-            "nothing written once b holds it"
-        );
+        assert_eq!(writes.count(), 2, "nothing written once b holds it");
         assert_eq!(elector.clock().valid_until(), None);
     }
 
@@ -581,33 +593,32 @@ mod tests {
     async fn a_conflict_on_a_lease_still_ours_is_retried_not_a_step_down() {
         // Someone else's write (an annotation, say) moves the resourceVersion under the
         // first renewal; the Lease still names us.
-        let (api, puts) =
+        let (api, writes) =
             lease_api_written_by(Some("a"), |n| Some(if n == 1 { 409 } else { 200 }), None);
         // Renewed after the conflict, and still leading.
         held_for(api, Duration::from_secs(12)).await;
-        // The second write was answered 409 and a later one 200: the conflict was served.
+        // The acquisition succeeded, the first renewal was answered 409 and a later one 200:
+        // the conflict was served to a renewal, and the hold went on past it.
+        let answers = writes.answers();
         assert!(
-            puts.load(Ordering::SeqCst) >= 3,
-            "writes: {} (the 409 is the second)",
-            puts.load(Ordering::SeqCst)
+            answers.first() == Some(&Some(200))
+                && answers.get(1) == Some(&Some(409))
+                && answers.iter().skip(2).any(|a| *a == Some(200)),
+            "answers to the writes, in order: {answers:?}"
         );
     }
 
     #[tokio::test(start_paused = true)]
     async fn losing_the_race_for_a_lease_is_a_standby_not_an_error() {
         // Another candidate creates it between our read and our create; then holds it.
-        let (api, puts) = lease_api_written_by(None, |_| Some(409), Some("b"));
+        let (api, writes) = lease_api_written_by(None, |_| Some(409), Some("b"));
         let mut elector = Elector::new(api, "l", "a", timing());
         let stop = CancellationToken::new();
         let campaign = tokio::spawn(async move { elector.acquire(&stop).await });
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert!(!campaign.is_finished(), "still a candidate");
         campaign.abort();
-        assert_eq!(
-            puts.load(Ordering::SeqCst),
-            1,
-            "b holds it: waited, not written"
-        );
+        assert_eq!(writes.count(), 1, "b holds it: waited, not written");
     }
 
     #[test]

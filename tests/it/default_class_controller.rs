@@ -322,7 +322,11 @@ async fn with_two_defaults_the_newest_wins_and_a_namespace_default_comes_first()
         .await
     );
     probe.looked().await;
-    assert_eq!(class_of(&api, "off", "c"), None);
+    assert_eq!(
+        class_of(&api, "off", "c"),
+        None,
+        "the opted-out namespace's claim keeps no class"
+    );
     attempts_are(&controller, 2 + probe.sent() as u64).await;
     controller.stop().await;
 }

@@ -241,15 +241,50 @@ fn grown_and_ready(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn offline_expansions_restart_each_pod_once_highest_first_within_the_budget() {
+    let grace = Duration::from_secs(1);
     let api = FakeApiServer::start().await;
     let sim = install(&api, &[(names::RESTART_PODS_FOR_RESIZE, "true")], |_| {}).await;
+    // The disruption budget allows two: the set's own (maxUnavailable, 1) is what keeps the
+    // restarts to one pod down at a time, not a refusal of the Eviction API.
+    api.put_object(
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"maxUnavailable": 2, "selector": {"matchLabels": {"app": "web"}}}}),
+    );
+    // The new pods of web-2 and web-1 stay Pending until the test lets them start, so that
+    // the next claim's grace passes while its replica is the only one up to go.
+    sim.hold_ready("web-2");
+    sim.hold_ready("web-1");
     let resizer = OfflineResizer::start(&api, NS, resizer());
     let originals: BTreeMap<u32, Option<String>> = (0..3)
         .map(|n| (n, pod_uid(&api, &format!("web-{n}"))))
         .collect();
     let peak = peak_unavailable(&api);
     let start = api.resource_version();
-    let controller = RunningController::start(&api, controller("a", Duration::from_secs(1)));
+    let controller = RunningController::start(&api, controller("a", grace));
+
+    // web-N restarted, its claim grown as the new pod mounted it, the pod not Ready yet; the
+    // next claim waits past its grace and the controller has looked since: its pod is not
+    // evicted while web-N is down.
+    for (down, next) in [(2, 1), (1, 0)] {
+        let (grown, waiting) = (format!("data-web-{down}"), format!("data-web-{next}"));
+        assert!(
+            eventually(WAIT, || capacity(&api, &grown) == "2Gi"
+                && resize_pending(&claim(&api, &waiting)))
+            .await,
+            "{grown} grown and {waiting} waiting for a restart: {} {}",
+            claim(&api, &grown)["status"],
+            claim(&api, &waiting)["status"]
+        );
+        past_the_grace(&api, &controller, &waiting, grace).await;
+        assert_eq!(
+            peak.get(),
+            1,
+            "web-{down} down and {waiting} past its grace: one pod down at a time ({:?})",
+            evicted_in_order(&api)
+        );
+        sim.release_ready(&format!("web-{down}"));
+    }
 
     assert!(
         all_grown(&api).await,

@@ -61,7 +61,7 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
         cluster,
         vec![objects::storage_class(s, &class, true, json!({}))],
     )?;
-    let _node = actors::start(&scope, vec![ns.clone()]);
+    let node = actors::start(&scope, vec![ns.clone()]);
     // Charts as a platform has them: OrderedReady and Parallel, one to three replicas, with
     // and without a partition, some with maxUnavailable (spelled as the cluster's users
     // would: the field where the API has it).
@@ -166,8 +166,11 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
 
     step(s, "db0 scaled to 2: its conditions, once they have news");
     // The built-in controller's status writes remove our conditions, and what they said is
-    // not put back unchanged: what a user read is what a watch saw.
+    // not put back unchanged: what a user read is what a watch saw. The new pod stays unready
+    // until that is seen (news that lasts: a replica that turns Ready at once may be over
+    // before the controller looks, and then there is nothing to say).
     let history = SetHistory::watch(&scope, &ns);
+    node.hold_unready(&ns, "db0-1");
     cluster.kubectl(
         &[
             "-n",
@@ -180,14 +183,27 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
         None,
     )?;
     eventually(
+        "db0 said a replica is unavailable",
+        Duration::from_secs(120),
+        || async {
+            let seen = history.of("db0").conditions;
+            anyhow::ensure!(
+                seen.iter().any(|c| c.contains("Available=False/")),
+                "conditions seen: {seen:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    node.release(&ns, "db0-1");
+    eventually(
         "db0 said Available and RolloutComplete with 2 replicas",
         Duration::from_secs(120),
         || async {
             let seen = history.of("db0").conditions;
             anyhow::ensure!(
-                seen.iter()
-                    .any(|c| c.contains("Available=True/ReplicasAvailable: 2 of 2")
-                        && c.contains("Progressing=True/RolloutComplete")),
+                seen.iter().any(|c| c.contains("Available=True/ReplicasAvailable: 2 of 2")
+                    && c.contains("Progressing=True/RolloutComplete")),
                 "conditions seen: {seen:?}"
             );
             Ok(())

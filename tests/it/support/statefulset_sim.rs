@@ -17,7 +17,8 @@
 //!   ordinal is Running and Ready, one at a time; the pod is made from that revision's template
 //!   (its labels and spec: the containers and their images), as upstream's `ApplyRevision`
 //!   restores it;
-//! - the kubelet marks a pod Running and Ready `ready_delay` after its creation;
+//! - the kubelet marks a pod Running and Ready `ready_delay` after its creation, but a new pod
+//!   of a replica the test holds ([`StatefulSetSim::hold_ready`]) stays Pending until released;
 //! - with the `MaxUnavailableStatefulSet` gate off the built-in controller itself replaces one
 //!   pod at a time (upstream's loop: from the top down to the partition, delete the first
 //!   old-revision pod, stop at the first unavailable one; under `OrderedReady` only when all
@@ -42,7 +43,7 @@
 //! Pods go at once when deleted (the fake server has no graceful termination), so an
 //! unavailable replica here is a missing or not-yet-Ready pod.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -94,6 +95,7 @@ pub struct StatefulSetSim {
     stop: CancellationToken,
     handle: JoinHandle<()>,
     stats: Arc<Mutex<SimStats>>,
+    held: Arc<Mutex<BTreeSet<String>>>,
 }
 
 /// Is this pod Running and Ready (and not terminating)?
@@ -176,6 +178,7 @@ impl StatefulSetSim {
     ) -> Self {
         let stop = CancellationToken::new();
         let stats = Arc::new(Mutex::new(SimStats::default()));
+        let held = Arc::new(Mutex::new(BTreeSet::new()));
         let sim = Sim {
             api: api.clone(),
             client: api.client(),
@@ -184,6 +187,7 @@ impl StatefulSetSim {
             config,
             builtin_rolling_update,
             stats: stats.clone(),
+            held: held.clone(),
         };
         let task_stop = stop.clone();
         let handle = tokio::spawn(async move {
@@ -205,7 +209,20 @@ impl StatefulSetSim {
             stop,
             handle,
             stats,
+            held,
         }
+    }
+
+    /// From now on the kubelet starts no new pod named `pod` (a pod Running already is left
+    /// as it is): one created from now on stays Pending, unavailable, until
+    /// [`Self::release_ready`].
+    pub fn hold_ready(&self, pod: &str) {
+        lock(&self.held).insert(pod.to_owned());
+    }
+
+    /// The kubelet starts `pod` again, as usual (`ready_delay` after its creation).
+    pub fn release_ready(&self, pod: &str) {
+        lock(&self.held).remove(pod);
     }
 
     pub fn stats(&self) -> SimStats {
@@ -227,6 +244,7 @@ struct Sim {
     config: SimConfig,
     builtin_rolling_update: bool,
     stats: Arc<Mutex<SimStats>>,
+    held: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl Sim {
@@ -340,6 +358,9 @@ impl Sim {
             let created = *state.created_at.entry(self.pod_name(n)).or_insert(now);
             let pending = pod.pointer("/status/phase").and_then(Value::as_str) != Some("Running");
             if pending && self.config.mount_grows_file_systems && self.mounting(&set, n) {
+                continue;
+            }
+            if pending && lock(&self.held).contains(&self.pod_name(n)) {
                 continue;
             }
             if pending && now.duration_since(created) >= self.config.ready_delay {
@@ -570,8 +591,8 @@ fn recreated_at_current_revision(set: &Value, ordinal: u32, partition: u32) -> b
     }
 }
 
-fn lock(stats: &Mutex<SimStats>) -> std::sync::MutexGuard<'_, SimStats> {
-    stats.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The pod the StatefulSet controller makes from `revision`'s template (its labels and spec;
