@@ -2,9 +2,9 @@
 //! `kubectl rollout status` does for pods.
 //!
 //! [`gather`] watches what the controller records (read-only: list and watch), [`model`] turns
-//! it into one status per StatefulSet with the controller's own functions, [`judge`] says
-//! whether each is done, failed or under way, and [`render`] prints it; all but `gather` are
-//! pure. This module only runs them: once, or on every change with `--watch` and `--wait`.
+//! it into one status per StatefulSet with the rollout model the controller plans with (the
+//! shape of which is [`report`]), [`judge`] says whether each is done, failed or under way, and
+//! [`render`] prints it; all but `gather` are pure. This module only runs them: once, or on every change with `--watch` and `--wait`.
 
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -3,8 +3,8 @@
 //! [`SetStatus`] per StatefulSet. Pure: the clock is passed in. The shape of the report,
 //! [`StatusReport`], the documented `-o json`, is [`super::report`]'s.
 //!
-//! Every judgement the controller makes is made here with the controller's own functions, on
-//! the same inputs: a claim against its desired template ([`plan::assess`]), which replicas'
+//! Every judgement the controller makes is made here with the functions it plans with (the
+//! rollout model, [`crate::rollout`]), on the same inputs: a claim against its desired template ([`plan::assess`]), which replicas'
 //! claims the strategy lets it patch now ([`plan::eligible`]), the convergence step a journal
 //! and the live set lead to ([`converge::next`]), whether the recorded templates can be
 //! applied at all ([`converge::desired_object`]), and which rollout a progress record is about
