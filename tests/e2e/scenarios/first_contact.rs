@@ -202,8 +202,9 @@ async fn body(scope: Scope) -> anyhow::Result<()> {
         || async {
             let seen = history.of("db0").conditions;
             anyhow::ensure!(
-                seen.iter().any(|c| c.contains("Available=True/ReplicasAvailable: 2 of 2")
-                    && c.contains("Progressing=True/RolloutComplete")),
+                seen.iter()
+                    .any(|c| c.contains("Available=True/ReplicasAvailable: 2 of 2")
+                        && c.contains("Progressing=True/RolloutComplete")),
                 "conditions seen: {seen:?}"
             );
             Ok(())
