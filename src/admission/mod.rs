@@ -55,6 +55,10 @@ pub struct Policy {
     pub statefulset_controller_users: Arc<[String]>,
     /// What a denial of the rules does to the request: deny it, or only warn.
     pub admission_mode: AdmissionMode,
+    /// Start coordinated rollouts ([`crate::rollout::hold`]): only where a controller acts on
+    /// them (`serve` with its controller enforcing the claim rollout), so that a hold is never
+    /// left for no one to lower. Holds already on a set are kept either way.
+    pub coordinated_rollout: bool,
 }
 
 impl Default for Policy {
@@ -71,6 +75,7 @@ impl Default for Policy {
                 .map(|u| (*u).to_owned())
                 .collect(),
             admission_mode: AdmissionMode::Enforce,
+            coordinated_rollout: true,
         }
     }
 }

@@ -239,6 +239,8 @@ impl PolicyArgs {
                 AdmissionModeArg::Enforce => AdmissionMode::Enforce,
                 AdmissionModeArg::Warn => AdmissionMode::Warn,
             },
+            // `serve` says whether its controller lowers holds; offline, what an install does.
+            coordinated_rollout: true,
             capabilities: std::sync::Arc::new(
                 capabilities::Capabilities::unknown(
                     "offline: no cluster to learn from (state it with --capability)",
@@ -465,6 +467,14 @@ pub enum GateArg {
 }
 
 impl ControllerArgs {
+    /// Whether this controller lowers coordinated rollouts' holds: it runs, enforcing, with
+    /// the claim rollout on.
+    pub fn lowers_holds(&self) -> bool {
+        self.controller
+            && self.claim_rollout
+            && matches!(self.controller_mode, ControllerModeArg::Enforce)
+    }
+
     /// The Lease timings as given (see [`LeaseTiming::validate`]).
     pub fn timing(&self) -> LeaseTiming {
         LeaseTiming {

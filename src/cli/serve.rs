@@ -84,7 +84,11 @@ pub fn run(args: ServeArgs) -> ExitCode {
         addr: args.addr,
         probe_addr: args.probe_addr,
         tls,
-        policy: args.policy.policy(),
+        policy: crate::admission::Policy {
+            // A hold is started only where this process's controller lowers it.
+            coordinated_rollout: args.state.is_none() && args.controller.lowers_holds(),
+            ..args.policy.policy()
+        },
         cert_poll_interval: args.cert_poll_interval,
         shutdown_delay: args.shutdown_delay,
         request_timeout: args.request_timeout,

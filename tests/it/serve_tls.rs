@@ -678,3 +678,88 @@ fn curl_gets_early_error_replies_over_http2() {
         }
     }
 }
+
+/// An UPDATE of an `InPlace` set of three replicas that changes its image and grows its claims.
+fn coordinated_review() -> Value {
+    let set = |image: &str, size: &str| {
+        serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "web", "namespace": "db", "uid": "5b1f0e4c-0000-4c57-9d0e-1d2b3c4d5e6f",
+                         "annotations": {"stateful-admission.io/volume-claim-update-policy": "InPlace"}},
+            "spec": {"replicas": 3, "serviceName": "web",
+                     "selector": {"matchLabels": {"app": "web"}},
+                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "db", "image": image}]}},
+                     "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                         "spec": {"accessModes": ["ReadWriteOnce"],
+                                  "resources": {"requests": {"storage": size}}}}]}})
+    };
+    serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "0c6f1c1e-7d0a-4a8e-9c55-3f7b1d1f0a11",
+            "kind": {"group": "apps", "version": "v1", "kind": "StatefulSet"},
+            "resource": {"group": "apps", "version": "v1", "resource": "statefulsets"},
+            "requestKind": {"group": "apps", "version": "v1", "kind": "StatefulSet"},
+            "requestResource": {"group": "apps", "version": "v1", "resource": "statefulsets"},
+            "name": "web", "namespace": "db", "operation": "UPDATE",
+            "userInfo": {"username": "alice"},
+            "object": set("db:2", "2Gi"), "oldObject": set("db:1", "1Gi"),
+            "dryRun": false, "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}}})
+}
+
+/// The coordinated rollout's hold is started only where this process's controller lowers it:
+/// `serve --state` (no controller) records the claim change and holds nothing; the offline
+/// `review` shows what an install does, the hold included.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hold_is_started_only_where_a_controller_lowers_it() {
+    let review = coordinated_review();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = Served::start(&[
+        "--self-signed",
+        "--self-signed-dir",
+        dir.path().to_str().expect("utf-8 path"),
+        "--state",
+        state_file().to_str().expect("path"),
+    ]);
+    let c = client(&[&dir.path().join("ca.crt")], false, false);
+    let (_, body) = post(
+        &c,
+        &served.url("/mutate?timeout=5s"),
+        serde_json::to_vec(&review).expect("json"),
+    )
+    .await
+    .expect("request succeeds");
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let patch = body["response"]["patch"].as_str().expect("a patch");
+    let patch = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, patch).expect("base64"),
+    )
+    .expect("utf-8");
+    assert!(
+        patch.contains("desired-volume-claim-templates"),
+        "the change is recorded: {patch}"
+    );
+    assert!(
+        !patch.contains("rollout-hold") && !patch.contains("partition"),
+        "no hold without a controller: {patch}"
+    );
+
+    let file = temp_file(".json", &serde_json::to_vec(&review).expect("json"));
+    let out = crate::common::run_binary(
+        &[
+            "review",
+            "--state",
+            state_file().to_str().expect("path"),
+            "--patch",
+            "json",
+            file.path().to_str().expect("path"),
+        ],
+        None,
+    );
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("stateful-admission.io~1rollout-hold"),
+        "{}",
+        out.stdout
+    );
+}

@@ -127,7 +127,12 @@ pub fn review(phase: Phase, req: &AdmissionRequest<DynamicObject>, ctx: &Context
                 verdict.denial = Some(Denial::Invalid(errors));
                 return verdict;
             }
-            let hold = review_hold(req, spec, annotations, grows);
+            let hold = review_hold(
+                req,
+                spec,
+                annotations,
+                grows && ctx.policy.coordinated_rollout,
+            );
             let mut remove_annotations = Vec::new();
             if let Some(annotation) = &hold.annotation {
                 match annotation {
