@@ -454,21 +454,11 @@ fn present(
             set.spec.volume_claim_templates.clone().unwrap_or_default()
         }
     };
+    // During a coordinated rollout's hold the whole rollout, down to the user's partition, is
+    // awaited (as the controller's claim status counts it); the `Coordinated` line says which
+    // replica is next.
     if let Some(h) = hold.as_ref().filter(|_| rollout.rolling && in_place) {
-        let replicas = crate::rollout::hold::replicas_of(
-            set,
-            &ordinals,
-            |ordinal| inputs.pods.get(&namespace, &format!("{name}-{ordinal}")),
-            |template, ordinal| {
-                inputs.claims.get(
-                    &namespace,
-                    &set_claims::claim_name(template, &name, ordinal),
-                )
-            },
-            &templates,
-            now,
-        );
-        rollout.partition = crate::rollout::hold::claims_partition(h, &replicas);
+        rollout.partition = usize::try_from(h.user_partition).unwrap_or(0);
     }
 
     let classes_known = inputs.classes.unreadable.is_none();

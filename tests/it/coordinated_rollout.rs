@@ -266,6 +266,38 @@ impl PodObjects {
     }
 }
 
+/// The claims awaited (`awaiting` of `volume-claim-status`, summed) in every version of `web`
+/// that carried a hold and a claim status, from every change.
+fn awaited_while_held(api: &FakeApiServer) -> (Arc<Mutex<Vec<u64>>>, Changes) {
+    let sets = ResourceType::of::<StatefulSet>();
+    let (revision, _) = objects_now(api, sets, NS);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let changes = Changes::follow(api, revision, {
+        let seen = seen.clone();
+        move |change| {
+            let object = &change.object;
+            if object["metadata"]["name"] != "web" || hold(object).is_none() {
+                return;
+            }
+            let Some(status) =
+                object["metadata"]["annotations"]["stateful-admission.io/volume-claim-status"]
+                    .as_str()
+                    .and_then(|s| serde_json::from_str::<Vec<Value>>(s).ok())
+            else {
+                return;
+            };
+            let awaiting = status
+                .iter()
+                .map(|t| t["awaiting"].as_u64().unwrap_or(0))
+                .sum();
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(awaiting);
+        }
+    });
+    (seen, changes)
+}
+
 /// The most pods of `web` unavailable at once, over every state the pods went through.
 fn peak_unavailable(api: &FakeApiServer) -> Peak {
     Peak::track(api, ResourceType::of::<Pod>(), NS, |pods| {
@@ -285,6 +317,7 @@ async fn one_apply_of_image_and_storage_restarts_each_pod_once_through_the_rolli
     controller.settle().await;
     let objects = PodObjects::track(&api);
     let peak = peak_unavailable(&api);
+    let (awaited, set_changes) = awaited_while_held(&api);
 
     apply(&api, &rolling(), NEW_IMAGE, "2Gi").await;
     let done = eventually(WAIT, || {
@@ -328,6 +361,14 @@ async fn one_apply_of_image_and_storage_restarts_each_pod_once_through_the_rolli
     completed.sort();
     assert_eq!(completed, ["data-web-0", "data-web-1", "data-web-2"]);
     assert_eq!(peak.get(), 1, "never more than one pod unavailable");
+    // While held, the claim status says the rollout is not done (GitOps health checks and
+    // `status --wait` read it): the claims below the hold are awaited.
+    set_changes.catch_up();
+    let awaited = awaited.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(
+        !awaited.is_empty() && awaited.iter().all(|n| *n > 0),
+        "claims awaited in each held version with a claim status: {awaited:?}"
+    );
     assert!(
         api.eviction_records().is_empty(),
         "no eviction: {:?}",

@@ -191,11 +191,25 @@ async fn rollout(
         )
         .await;
     }
-    let plan = plan_for(snapshot, &templates, &settings, |class| {
+    let expandable = |class: &str| {
         ctx.view
             .storage_class(class)
             .is_some_and(|sc| sc.allow_volume_expansion == Some(true))
-    });
+    };
+    let mut plan = plan_for(snapshot, &templates, &settings, expandable);
+    // What the claim status says during a hold is the whole rollout, down to the user's
+    // partition: the claims the hold has not reached yet are awaited (GitOps health checks and
+    // `status --wait` read them), not held back by the user's update strategy.
+    if let Some(Ok(h)) = coordinated.as_ref().filter(|_| in_place) {
+        let whole = Rollout {
+            partition: usize::try_from(h.user_partition).unwrap_or(0),
+            ..settings.clone()
+        };
+        let whole = plan_for(snapshot, &templates, &whole, expandable);
+        plan.status = whole.status;
+        plan.in_progress = whole.in_progress;
+        plan.held = whole.held;
+    }
     // A class the cluster cannot apply: said once per set and class (not per uid: a
     // convergence re-creates the set), and the rest rolls out as usual.
     for template in &plan.status {
