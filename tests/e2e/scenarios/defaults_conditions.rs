@@ -16,13 +16,13 @@
 use std::time::Duration;
 
 use futures::FutureExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use crate::support::history::SetHistory;
 use crate::support::wait::step;
 use crate::support::{
     Scenario, Scope, Serve, ServeOptions, USER, actors, eventually, install, objects,
@@ -317,54 +317,53 @@ async fn conditions_body(scope: Scope) -> anyhow::Result<()> {
         )])
     };
     let apply = ["apply", "--server-side", "-f", "-"];
-    cluster.kubectl(&apply, Some(&manifest(2)))?;
-    let sets: Api<StatefulSet> = Api::namespaced(scope.client(), &ns);
-    let conditions = |want: [(&'static str, &'static str, &'static str); 2]| {
-        let sets = sets.clone();
-        async move {
-            let set = sets.get("db").await?;
-            for (type_, status, reason) in want {
-                let found = objects::condition(&set, type_);
-                anyhow::ensure!(
-                    found
-                        .as_ref()
-                        .is_some_and(|(st, r, _)| st == status && r == reason),
-                    "{type_}: {found:?}, expected {status} {reason}"
-                );
-            }
-            Ok(set)
-        }
+    // The built-in controller's status writes remove our conditions, and what they said is
+    // not written again unchanged: what a user read is what a watch saw, from `from` on.
+    let history = SetHistory::watch(&scope, &ns);
+    let seen = |want: &'static [&'static str], from: usize| {
+        let all = history.of("db").conditions;
+        let found = all
+            .iter()
+            .skip(from)
+            .find(|c| want.iter().all(|w| c.contains(w)))
+            .cloned();
+        let result = found.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{want:?} not seen; conditions seen: {:?}",
+                &all[from.min(all.len())..]
+            )
+        });
+        async move { result }
     };
+    let from = history.of("db").conditions.len();
+    cluster.kubectl(&apply, Some(&manifest(2)))?;
     eventually(
         "Available and a completed rollout with 2 ready replicas",
         Duration::from_secs(90),
         || {
-            conditions([
-                ("Available", "True", "ReplicasAvailable"),
-                ("Progressing", "True", "RolloutComplete"),
-            ])
+            seen(
+                &[
+                    "Available=True/ReplicasAvailable:",
+                    "Progressing=True/RolloutComplete:",
+                ],
+                from,
+            )
         },
     )
     .await?;
 
     step(s, "scale to 3; db-2 never becomes ready");
     node.hold_unready(&ns, "db-2");
+    let from = history.of("db").conditions.len();
     cluster.kubectl(&apply, Some(&manifest(3)))?;
     eventually(
         "unavailable, still progressing within the deadline",
         Duration::from_secs(30),
-        || async {
-            let set = sets.get("db").await?;
-            let progressing = objects::condition(&set, "Progressing");
-            let available = objects::condition(&set, "Available");
-            anyhow::ensure!(
-                available
-                    .as_ref()
-                    .is_some_and(|(st, r, _)| st == "False" && r == "ReplicasUnavailable")
-                    && progressing.as_ref().is_some_and(|(st, _, _)| st == "True"),
-                "Available {available:?}, Progressing {progressing:?}"
-            );
-            Ok(())
+        || {
+            seen(
+                &["Available=False/ReplicasUnavailable:", "Progressing=True/"],
+                from,
+            )
         },
     )
     .await?;
@@ -372,15 +371,19 @@ async fn conditions_body(scope: Scope) -> anyhow::Result<()> {
         "Progressing False past the 10 s deadline",
         Duration::from_secs(40),
         || {
-            conditions([
-                ("Available", "False", "ReplicasUnavailable"),
-                ("Progressing", "False", "ProgressDeadlineExceeded"),
-            ])
+            seen(
+                &[
+                    "Available=False/ReplicasUnavailable:",
+                    "Progressing=False/ProgressDeadlineExceeded:",
+                ],
+                from,
+            )
         },
     )
     .await?;
-    let message = objects::condition(&exceeded, "Progressing")
-        .map(|(_, _, m)| m)
+    let message = exceeded
+        .split("Progressing=False/ProgressDeadlineExceeded: ")
+        .nth(1)
         .unwrap_or_default();
     anyhow::ensure!(
         message.contains("10s") || message.contains("10 s") || message.contains("10 seconds"),
@@ -396,15 +399,19 @@ async fn conditions_body(scope: Scope) -> anyhow::Result<()> {
         s,
         "db-2 becomes ready: available, and the rollout completes",
     );
+    let from = history.of("db").conditions.len();
     node.release(&ns, "db-2");
     eventually(
         "Available and RolloutComplete with 3 ready replicas",
         Duration::from_secs(60),
         || {
-            conditions([
-                ("Available", "True", "ReplicasAvailable"),
-                ("Progressing", "True", "RolloutComplete"),
-            ])
+            seen(
+                &[
+                    "Available=True/ReplicasAvailable:",
+                    "Progressing=True/RolloutComplete:",
+                ],
+                from,
+            )
         },
     )
     .await?;
