@@ -336,7 +336,17 @@ async fn conditions_body(scope: Scope) -> anyhow::Result<()> {
         async move { result }
     };
     let from = history.of("db").conditions.len();
+    // A set that is healthy by the time the controller first looks has nothing to say (its
+    // status says it all): db-1 stays unready until the rollout in progress was seen.
+    node.hold_unready(&ns, "db-1");
     cluster.kubectl(&apply, Some(&manifest(2)))?;
+    eventually(
+        "a rollout in progress, a replica unavailable",
+        Duration::from_secs(90),
+        || seen(&["Available=False/ReplicasUnavailable:"], from),
+    )
+    .await?;
+    node.release(&ns, "db-1");
     eventually(
         "Available and a completed rollout with 2 ready replicas",
         Duration::from_secs(90),
