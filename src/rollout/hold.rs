@@ -37,10 +37,10 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::claims::plan::{storage_capacity, storage_request};
 use super::health::Health;
 use super::restart;
 use crate::names;
-use crate::quantity::Quantity;
 
 /// The hold, as `stateful-admission.io/rollout-hold` records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,23 +231,6 @@ pub(crate) fn claims_partition(hold: &Hold, replicas: &[Replica]) -> usize {
     usize::try_from(partition.max(hold.user_partition)).unwrap_or(0)
 }
 
-fn storage(claim: &PersistentVolumeClaim) -> (Option<Quantity>, Option<Quantity>) {
-    let request = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.resources.as_ref())
-        .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("storage"))
-        .and_then(|q| Quantity::parse(&q.0).ok());
-    let capacity = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.capacity.as_ref())
-        .and_then(|c| c.get("storage"))
-        .and_then(|q| Quantity::parse(&q.0).ok());
-    (request, capacity)
-}
-
 /// Each replica's facts, in the set's order (`ordinals`), against the desired `templates`:
 /// `pod(ordinal)` and `claim(template, ordinal)` look them up.
 pub(crate) fn replicas_of<'a>(
@@ -266,7 +249,7 @@ pub(crate) fn replicas_of<'a>(
             let (mut patched, mut ready, mut compatible) = (true, true, true);
             for template in templates {
                 let name = template.metadata.name.as_deref().unwrap_or_default();
-                let (Some(want), _) = storage(template) else {
+                let Some(want) = storage_request(template) else {
                     continue;
                 };
                 let Some(claim) = claim(name, ordinal) else {
@@ -275,7 +258,7 @@ pub(crate) fn replicas_of<'a>(
                     compatible = false;
                     continue;
                 };
-                let (request, capacity) = storage(claim);
+                let (request, capacity) = (storage_request(claim), storage_capacity(claim));
                 let grown = capacity.is_some_and(|c| c >= want);
                 let pending = matches!(
                     restart::Resize::of(claim),

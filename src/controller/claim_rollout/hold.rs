@@ -121,7 +121,8 @@ pub(crate) async fn step(
         ),
     };
     let set_ref = action::reference_of(Kind::StatefulSet, &set.metadata);
-    let report = if reason == "RolloutHoldNotApplied" || reason == "RolloutHoldInvalid" {
+    // What did not go as planned (only the unapplied partition among the waits gets here).
+    let report = if matches!(step, Step::Wait(_) | Step::Discard { .. }) {
         Report::warning(set_ref, reason, Verb::HoldRollout.as_str(), note.clone())
             .once(format!("{reason}/{}/{partition}", snapshot.namespace))
     } else {

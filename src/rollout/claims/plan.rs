@@ -144,7 +144,8 @@ pub(crate) struct Plan {
     pub held: Vec<u32>,
 }
 
-fn storage_request(c: &PersistentVolumeClaim) -> Option<Quantity> {
+/// `spec.resources.requests.storage`, parsed.
+pub(crate) fn storage_request(c: &PersistentVolumeClaim) -> Option<Quantity> {
     let q = c
         .spec
         .as_ref()?
@@ -156,7 +157,8 @@ fn storage_request(c: &PersistentVolumeClaim) -> Option<Quantity> {
     Quantity::parse(&q.0).ok()
 }
 
-fn storage_capacity(c: &PersistentVolumeClaim) -> Option<Quantity> {
+/// `status.capacity.storage`, parsed.
+pub(crate) fn storage_capacity(c: &PersistentVolumeClaim) -> Option<Quantity> {
     let q = c.status.as_ref()?.capacity.as_ref()?.get("storage")?;
     Quantity::parse(&q.0).ok()
 }
