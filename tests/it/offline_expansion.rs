@@ -182,8 +182,12 @@ async fn an_evicted_pod_comes_back_and_its_claim_completes_one_at_a_time_within_
     let conditions = typed.status.and_then(|s| s.conditions).unwrap_or_default();
     assert_eq!(conditions[0].type_, FILE_SYSTEM_RESIZE_PENDING);
 
-    // Nothing finishes while the pods stay.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Nothing finishes while the pods stay: read once the resizer has looked twice since.
+    let looked = resizer.stats().steps;
+    eventually("two passes of the resizer", || {
+        resizer.stats().steps >= looked + 2
+    })
+    .await;
     assert_eq!(
         (capacity(&api, "data-web-2"), capacity(&api, "data-web-1")),
         ("1Gi".into(), "1Gi".into())

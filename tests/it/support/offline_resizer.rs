@@ -81,6 +81,9 @@ pub struct ResizerStats {
     pub completed: Vec<String>,
     /// Per pod, the new pods (uids) it had while a claim of it waited.
     pub restarts: BTreeMap<String, usize>,
+    /// Passes over the claims and pods finished: evidence that it looked (a "nothing
+    /// finished" is read after two).
+    pub steps: u64,
 }
 
 /// The running resizer of one namespace.
@@ -152,6 +155,7 @@ impl OfflineResizer {
                     _ = tick.tick() => {}
                 }
                 resizer.step(&mut tracked);
+                lock(&resizer.stats).steps += 1;
             }
         });
         Self {
