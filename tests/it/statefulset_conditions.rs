@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::events::v1::Event as EventV1;
 use serde_json::{Value, json};
-use stateful_admission::controller::{ControllerConfig, Features};
+use stateful_admission::controller::{ControllerConfig, DEFAULT_CONDITIONS_INTERVAL, Features};
 use stateful_admission::names;
 
 use crate::support::barrier::BARRIER_WAIT;
@@ -30,6 +30,20 @@ fn settings(resync: Duration) -> ControllerConfig {
     );
     c.resync = resync;
     c
+}
+
+/// Evidence that whatever the controller had to write of `set` by now is written: `interval`
+/// (what may hold a write back) has passed, and the controller looked at the set after that
+/// (a nudge, later in the watch than every change before it). How long it takes is for the
+/// benchmarks; a "nothing was written" is read after this.
+async fn looked_past(
+    controller: &RunningController,
+    api: &FakeApiServer,
+    set: &str,
+    interval: Duration,
+) {
+    tokio::time::sleep(interval).await;
+    controller.nudge_and_settle(api, NS, set).await;
 }
 
 /// [`settings`], writing each change of the conditions at once.
@@ -313,13 +327,11 @@ async fn a_rollout_stuck_past_its_deadline() {
     // One warning, however often the set is looked at or its status rewritten. A rewrite
     // that changes nothing the conditions say removes them and they stay off: the user was
     // told, and the record keeps the stall (`status` reads it).
-    // Each "nothing written" is read once the controller has looked at the set since the
-    // write (a nudge comes after it in the watch, so its reconcile saw the write).
-    controller.nudge_and_settle(&api, NS, "db").await;
+    looked_past(&controller, &api, "db", DEFAULT_CONDITIONS_INTERVAL).await;
     let before = status_patches(&api);
     for _ in 0..3 {
         builtin_writes_status(&api, "db", status(2, 3, 3, 1, "db-1", "db-2"));
-        controller.nudge_and_settle(&api, NS, "db").await;
+        looked_past(&controller, &api, "db", DEFAULT_CONDITIONS_INTERVAL).await;
         assert_eq!(condition(&api, "db", "Progressing"), None);
     }
     assert_eq!(status_patches(&api) - before, 0, "none of ours");
@@ -574,13 +586,7 @@ async fn under_pod_churn_our_writes_are_at_most_the_builtin_controllers_and_none
     }
     let sets = |name: &str| vec![(NS.to_owned(), name.to_owned())];
     let kubelet = api.client();
-    // Once the interval has passed since the last change (a write it held back is due), the
-    // controller looks at the set: what it had to write is written by then. No bound on how
-    // long that takes (that is for the benchmarks), only that it looked after the interval.
-    let quiet = async |set: &str| {
-        tokio::time::sleep(INTERVAL).await;
-        controller.nudge_and_settle(&api, NS, set).await;
-    };
+    let quiet = async |set: &str| looked_past(&controller, &api, set, INTERVAL).await;
     quiet("flappy").await;
     quiet("gated").await;
     let mut totals = SetWrites::default();
