@@ -15,7 +15,6 @@ use crate::support::barrier::BARRIER_WAIT;
 use crate::support::churn::{SetWrites, builtin_write_times, set_writes};
 use crate::support::controller::{RunningController, config, eventually, no_features};
 use crate::support::fake_apiserver::FakeApiServer;
-use crate::support::fake_apiserver::StoreChange;
 use crate::support::fake_apiserver::resources::STATEFULSETS;
 use crate::support::statefulset_sim::{SimConfig, StatefulSetSim, set_pod_ready};
 
@@ -149,49 +148,11 @@ async fn expect_condition(
     condition(api, name, type_).map(|c| c.2).unwrap_or_default()
 }
 
-/// Waits until a change of set `name` committed after revision `from` carried condition
-/// `type_` with `status` and `reason`: what a watch saw, not the set as it is now. Under the
-/// simulated built-in controller, its next status write removes ours, and under load it may
-/// land before the test reads the set.
-async fn expect_said(
-    api: &FakeApiServer,
-    name: &str,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    from: u64,
-) {
-    let said = |change: &StoreChange| {
-        change.resource.plural == STATEFULSETS.plural
-            && change.object.pointer("/metadata/name") == Some(&json!(name))
-            && change
-                .object
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        c["type"] == type_ && c["status"] == status && c["reason"] == reason
-                    })
-                })
-    };
-    let seen = eventually(BARRIER_WAIT, || {
-        let changes = api
-            .changes_since(from)
-            .expect("the fake's record of changes reaches back to the revision asked for");
-        changes.iter().any(|c| said(c))
-    })
-    .await;
-    assert!(
-        seen,
-        "{name}: no change since revision {from} said {type_}={status} ({reason}); now {:?}",
-        condition(api, name, type_)
-    );
-}
-
-/// What the last change of set `name` since revision `from` that carried condition `type_`
-/// said of it: `(status, reason)`. Only ours carry conditions here (the built-in controller's
-/// status writes drop them).
-fn last_said(api: &FakeApiServer, name: &str, type_: &str, from: u64) -> Option<(String, String)> {
+/// What condition `type_` of set `name` said in each change of the set committed after
+/// revision `from`, in order: `(status, reason)`, for the changes that carried it. What a watch
+/// saw, not the set as it is now: under the simulated built-in controller, its next status write
+/// removes ours (only ours carry conditions here), and under load it may land first.
+fn said_since(api: &FakeApiServer, name: &str, type_: &str, from: u64) -> Vec<(String, String)> {
     let changes = api
         .changes_since(from)
         .expect("the fake's record of changes reaches back to the revision asked for");
@@ -207,7 +168,30 @@ fn last_said(api: &FakeApiServer, name: &str, type_: &str, from: u64) -> Option<
             let text = |k: &str| said[k].as_str().unwrap_or_default().to_owned();
             Some((text("status"), text("reason")))
         })
-        .next_back()
+        .collect()
+}
+
+/// Waits until a change of set `name` after revision `from` said `type_` with `status` and
+/// `reason` ([`said_since`]).
+async fn expect_said(
+    api: &FakeApiServer,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    from: u64,
+) {
+    let seen = eventually(BARRIER_WAIT, || {
+        said_since(api, name, type_, from)
+            .iter()
+            .any(|(s, r)| s == status && r == reason)
+    })
+    .await;
+    assert!(
+        seen,
+        "{name}: no change since revision {from} said {type_}={status} ({reason}); now {:?}",
+        condition(api, name, type_)
+    );
 }
 
 fn status_patches(api: &FakeApiServer) -> usize {
@@ -692,7 +676,7 @@ async fn under_pod_churn_our_writes_are_at_most_the_builtin_controllers_and_none
     // before it when the flips since changed nothing the user was last told.
     quiet("flappy").await;
     assert_eq!(
-        last_said(&api, "flappy", "Available", burst_from),
+        said_since(&api, "flappy", "Available", burst_from).pop(),
         Some(("True".to_owned(), "ReplicasAvailable".to_owned()))
     );
     let burst = add("burst", set_writes(&api, from, &sets("flappy")));
