@@ -37,7 +37,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::claims::plan::{storage_capacity, storage_request};
+use super::claims::state::{storage_capacity, storage_request};
 use super::health::Health;
 use super::restart;
 use crate::names;

@@ -25,11 +25,10 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde_json::{Map, Value, json};
 
 pub(crate) use super::assessment::{Assessment, ClaimPatch};
-use super::state;
+use super::state::{self, bound, storage_capacity, storage_request};
 use super::status::{self, TemplateStatus};
 use crate::admission::statefulset::ClaimUpdatePolicy;
 use crate::admission::statefulset::recreate::immutable_differences;
-use crate::quantity::Quantity;
 
 /// The set-wide inputs of a rollout.
 #[derive(Debug, Clone)]
@@ -142,29 +141,6 @@ pub(crate) struct Plan {
     pub in_progress: bool,
     /// Replicas that need a patch that the budget or the update strategy holds back.
     pub held: Vec<u32>,
-}
-
-/// `spec.resources.requests.storage`, parsed.
-pub(crate) fn storage_request(c: &PersistentVolumeClaim) -> Option<Quantity> {
-    let q = c
-        .spec
-        .as_ref()?
-        .resources
-        .as_ref()?
-        .requests
-        .as_ref()?
-        .get("storage")?;
-    Quantity::parse(&q.0).ok()
-}
-
-/// `status.capacity.storage`, parsed.
-pub(crate) fn storage_capacity(c: &PersistentVolumeClaim) -> Option<Quantity> {
-    let q = c.status.as_ref()?.capacity.as_ref()?.get("storage")?;
-    Quantity::parse(&q.0).ok()
-}
-
-fn bound(c: &PersistentVolumeClaim) -> bool {
-    c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
 }
 
 fn requested_text(c: &PersistentVolumeClaim) -> String {

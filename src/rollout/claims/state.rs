@@ -140,24 +140,32 @@ pub(crate) fn resize_failure(claim: &PersistentVolumeClaim) -> Option<String> {
         })
 }
 
-fn request(c: &PersistentVolumeClaim) -> Option<Quantity> {
-    c.spec
+/// `spec.resources.requests.storage`, parsed.
+pub(crate) fn storage_request(c: &PersistentVolumeClaim) -> Option<Quantity> {
+    let q = c
+        .spec
         .as_ref()?
         .resources
         .as_ref()?
         .requests
         .as_ref()?
-        .get("storage")
-        .and_then(|q| Quantity::parse(&q.0).ok())
+        .get("storage")?;
+    Quantity::parse(&q.0).ok()
 }
 
-fn bound(claim: &PersistentVolumeClaim) -> bool {
+/// `status.capacity.storage`, parsed.
+pub(crate) fn storage_capacity(c: &PersistentVolumeClaim) -> Option<Quantity> {
+    let q = c.status.as_ref()?.capacity.as_ref()?.get("storage")?;
+    Quantity::parse(&q.0).ok()
+}
+
+pub(crate) fn bound(claim: &PersistentVolumeClaim) -> bool {
     claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
 }
 
 /// Whether the claim asks for less storage than its template (it must grow once bound).
 fn needs_patch(template: &PersistentVolumeClaim, claim: &PersistentVolumeClaim) -> bool {
-    match (request(template), request(claim)) {
+    match (storage_request(template), storage_request(claim)) {
         (Some(want), Some(have)) => have < want,
         (Some(_), None) => true,
         (None, _) => false,
