@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde::{Deserialize, Serialize};
 
 use super::assessment::Assessment;
-use super::state::ClaimState;
+use super::state::{ClaimState, storage_capacity, storage_request};
 use crate::quantity::Quantity;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,25 +92,12 @@ impl TemplateStatus {
     }
 }
 
-fn quantity(
-    q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-) -> Option<Quantity> {
-    q.and_then(|q| Quantity::parse(&q.0).ok())
-}
-
 /// The status of one template from its claims and their assessments.
 pub(crate) fn summarize(
     template: &PersistentVolumeClaim,
     claims: &[(&PersistentVolumeClaim, &Assessment)],
 ) -> TemplateStatus {
-    let want = quantity(
-        template
-            .spec
-            .as_ref()
-            .and_then(|s| s.resources.as_ref())
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage")),
-    );
+    let want = storage_request(template);
     let mut status = TemplateStatus {
         name: template.metadata.name.clone().unwrap_or_default(),
         ..TemplateStatus::default()
@@ -122,21 +109,8 @@ pub(crate) fn summarize(
             Assessment::Updating => status.updating += 1,
             _ => {}
         }
-        let capacity = quantity(
-            claim
-                .status
-                .as_ref()
-                .and_then(|s| s.capacity.as_ref())
-                .and_then(|c| c.get("storage")),
-        );
-        let requested = quantity(
-            claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.resources.as_ref())
-                .and_then(|r| r.requests.as_ref())
-                .and_then(|r| r.get("storage")),
-        );
+        let capacity = storage_capacity(claim);
+        let requested = storage_request(claim);
         if let (Some(size), Some(want)) = (capacity.or(requested), want)
             && size > want
         {
